@@ -1,0 +1,26 @@
+# softtokens: every table and figure of "Soft Tokens, Hard Truths" from one config grid.
+# The grid is config["grid"] (toy by default; profiles/slurm selects paper).
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/toy_base.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/select.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_targets(),

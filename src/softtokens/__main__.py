@@ -1,0 +1,3 @@
+from softtokens.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,210 @@
+"""`python -m softtokens <command>`: the one entry point every Snakemake rule calls.
+
+Each command takes the resolved settings of its DAG node as JSON (``--settings``), explicit
+input and output paths, writes its outputs atomically, and stamps them with provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _settings(text: str) -> dict:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"--settings is not valid JSON: {e}") from None
+
+
+# ---------------------------------------------------------------- commands
+def cmd_prepare_data(a) -> None:
+    from softtokens.data import prepare
+    from softtokens.provenance import Provenance, write_jsonl
+
+    s = _settings(a.settings)
+    prov = Provenance("prepare_data", s, seeds={"seed": s.get("seed")})
+    splits, external = prepare(a.dataset, s)
+    for ref in external:
+        prov.add_external("source", ref)
+    out = Path(a.out_dir)
+    for split, rows in splits.items():
+        path = out / f"{split}.jsonl"
+        write_jsonl(path, rows)
+        prov.write_sidecar(path, extra={"rows": len(rows), "split": split})
+    print(json.dumps({k: len(v) for k, v in splits.items()}))
+
+
+def cmd_build_toy_base(a) -> None:
+    from softtokens.data import read_jsonl
+    from softtokens.provenance import Provenance, atomic_dir, write_json
+    from softtokens.toybase import build_toy_base
+    from softtokens.training import greedy_accuracy
+    from softtokens.generation import CotEngine, INFERENCE_SETTINGS
+
+    s = _settings(a.settings)
+    prov = Provenance("build_toy_base", s, inputs={"train": a.train, "validation": a.validation},
+                      seeds={"seed": s["seed"]})
+    train, val = read_jsonl(a.train), read_jsonl(a.validation)
+    keys = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size", "sft_steps",
+            "sft_batch_size", "sft_lr", "seed")
+    model, tok, log = build_toy_base(train, **{k: s[k] for k in keys}, threads=a.threads)
+    acc = greedy_accuracy(CotEngine(model, tok), val, INFERENCE_SETTINGS["hard_greedy"], s["cot_max_tokens"],
+                          s["answer_max_tokens"])
+    with atomic_dir(a.out) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        write_json(tmp / "sft_log.json", {"log": log, "val_greedy_accuracy": acc,
+                                          "parameters": sum(p.numel() for p in model.parameters())})
+    prov.write_sidecar(a.out, extra={"val_greedy_accuracy": acc})
+    print(f"toy base: {sum(p.numel() for p in model.parameters())} parameters, validation greedy accuracy {acc:.3f}")
+
+
+def cmd_train(a) -> None:
+    from softtokens.data import read_jsonl
+    from softtokens.provenance import Provenance
+    from softtokens.training import TrainConfig, Trainer
+
+    s = _settings(a.settings)
+    cfg = TrainConfig.from_settings(s)
+    base_is_path = Path(a.base).exists()
+    prov = Provenance("train", s, inputs={"train": a.train, "validation": a.validation,
+                                          **({"base_model": a.base} if base_is_path else {})},
+                      seeds={"seed": cfg.seed})
+    if not base_is_path:
+        prov.add_external("base_model", a.base)
+    trainer = Trainer(cfg, a.base, read_jsonl(a.train), read_jsonl(a.validation), Path(a.state_dir), a.threads)
+    trainer.run()
+    trainer.finish(Path(a.checkpoints), Path(a.metrics))
+    extra = {"embedding_scale": trainer.embedding_scale, "sigma": trainer.sigma, "best_val": trainer.best_val}
+    prov.write_sidecar(a.metrics, extra=extra)
+    prov.write_sidecar(a.checkpoints, extra=extra)
+
+
+def cmd_select(a) -> None:
+    from softtokens.provenance import Provenance, write_json
+    from softtokens.selection import check_checkpoint, select_best
+
+    metrics = [json.loads(x) for x in Path(a.metrics).read_text().splitlines() if x.strip()]
+    best_ckpt = Path(a.checkpoints) / "best"
+    prov = Provenance("select_checkpoint", {"rule": "max greedy validation accuracy, earliest step on ties"},
+                      inputs={"metrics": a.metrics, "checkpoints": a.checkpoints})
+    chosen = select_best(metrics)
+    check_checkpoint(best_ckpt, chosen["step"])
+    write_json(a.out, {**chosen, "checkpoint": best_ckpt.as_posix(), "provenance": prov.record()})
+    print(json.dumps(chosen))
+
+
+def cmd_evaluate(a) -> None:
+    from softtokens.data import read_jsonl
+    from softtokens.evaluation import evaluate
+    from softtokens.provenance import Provenance, write_json
+
+    s = _settings(a.settings)
+    if a.selected:
+        model_path = json.loads(Path(a.selected).read_text())["checkpoint"]
+        inputs = {"selected": a.selected, "checkpoint": model_path}
+    else:
+        model_path = a.model
+        inputs = {"base_model": a.model} if Path(a.model).exists() else {}
+    prov = Provenance("evaluate", {**s, "setting": a.setting}, inputs={**inputs, "data": a.data},
+                      seeds={"seed": s.get("seed", 0)})
+    if not inputs:
+        prov.add_external("base_model", model_path)
+    result = evaluate(model_path, read_jsonl(a.data), a.setting, s["n_samples"], s["cot_max_tokens"],
+                      s["answer_max_tokens"], s.get("batch_size", 64), s.get("seed", 0), s.get("dtype", "float32"),
+                      a.threads)
+    write_json(a.out, {**result, "provenance": prov.record()})
+    print(f"{a.setting}: pass@1 {result['pass@1']:.3f}, pass@{result['n_samples']} "
+          f"{result['pass@k'][str(result['n_samples'])]:.3f} ({result['seconds']} s)")
+
+
+def cmd_tables(a) -> None:
+    from softtokens.reporting import write_tables
+
+    write_tables([Path(p) for p in a.inputs], Path(a.out_dir), _settings(a.settings))
+
+
+def cmd_figures(a) -> None:
+    from softtokens.reporting import write_figures
+
+    write_figures([Path(p) for p in a.metrics], [Path(p) for p in a.evals], Path(a.out_dir), _settings(a.settings))
+
+
+def cmd_audit(a) -> int:
+    from softtokens.provenance import audit
+
+    lines, problems = audit(a.path)
+    print("\n".join(lines))
+    print(f"\n{problems} problem(s)" if problems else "\nchain complete: every input present and unchanged")
+    return 1 if problems else 0
+
+
+# ---------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="softtokens", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("prepare-data", help="write train/validation/test JSONL for one dataset")
+    c.add_argument("--dataset", required=True)
+    c.add_argument("--settings", required=True)
+    c.add_argument("--out-dir", required=True)
+    c.set_defaults(func=cmd_prepare_data)
+
+    c = sub.add_parser("build-toy-base", help="tokenizer + tiny Llama + supervised CoTs")
+    for arg in ("--settings", "--train", "--validation", "--out"):
+        c.add_argument(arg, required=True)
+    c.add_argument("--threads", type=int, default=1)
+    c.set_defaults(func=cmd_build_toy_base)
+
+    c = sub.add_parser("train", help="RLOO on one (model, dataset, mode, seed)")
+    for arg in ("--settings", "--base", "--train", "--validation", "--state-dir", "--checkpoints", "--metrics"):
+        c.add_argument(arg, required=True)
+    c.add_argument("--threads", type=int, default=1)
+    c.set_defaults(func=cmd_train)
+
+    c = sub.add_parser("select", help="pick the best checkpoint by greedy validation")
+    for arg in ("--metrics", "--checkpoints", "--out"):
+        c.add_argument(arg, required=True)
+    c.set_defaults(func=cmd_select)
+
+    c = sub.add_parser("evaluate", help="one model x benchmark x inference setting")
+    c.add_argument("--settings", required=True)
+    c.add_argument("--setting", required=True)
+    c.add_argument("--data", required=True)
+    c.add_argument("--out", required=True)
+    g = c.add_mutually_exclusive_group(required=True)
+    g.add_argument("--model", help="base model: hub id or local directory")
+    g.add_argument("--selected", help="selected.json of a trained run")
+    c.add_argument("--threads", type=int, default=1)
+    c.set_defaults(func=cmd_evaluate)
+
+    c = sub.add_parser("tables", help="tables of mean ± std over seeds (md, tex, csv)")
+    c.add_argument("--settings", required=True)
+    c.add_argument("--out-dir", required=True)
+    c.add_argument("inputs", nargs="+")
+    c.set_defaults(func=cmd_tables)
+
+    c = sub.add_parser("figures", help="training curves and entropy profiles (png)")
+    c.add_argument("--settings", required=True)
+    c.add_argument("--out-dir", required=True)
+    c.add_argument("--metrics", nargs="+", required=True)
+    c.add_argument("--evals", nargs="+", required=True)
+    c.set_defaults(func=cmd_figures)
+
+    c = sub.add_parser("audit", help="print the provenance chain of a result file")
+    c.add_argument("path")
+    c.set_defaults(func=cmd_audit)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    rc = args.func(args)
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

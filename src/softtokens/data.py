@@ -1,0 +1,122 @@
+"""Datasets as JSONL rows ``{"id", "question", "answer"}`` and the paper's prompt.
+
+The toy generator makes short addition word problems whose reference chain of thought adds
+column by column: a tiny model learns it in minutes but its greedy decode is often wrong,
+which is what RL needs to have something to improve.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+# Appendix B of the paper, verbatim (line breaks as single spaces), QUESTION substituted.
+PROMPT_PREAMBLE = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant "
+    "solves it. The assistant first shows the complete reasoning process step by step, then "
+    "provides the final answer in \\boxed{}. The assistant must always follow the format: "
+    "'User: [question] Assistant: [detailed reasoning] The final answer is: \\boxed{[answer]}.' "
+)
+PROMPT_TEMPLATE = PROMPT_PREAMBLE.replace("{", "{{").replace("}", "}}") + "User: {question} Assistant: "
+
+# Appendix C. The CoT stops when its (shadow) text ends with STOP_TEXT, trailing whitespace
+# ignored (see generation.py for why); then the engine feeds PREFILL_AFTER_STOP, or
+# PREFILL_AT_LIMIT if the CoT reached its token limit without stopping.
+STOP_TEXT = "The final answer is:"
+PREFILL_AFTER_STOP = " \\boxed{"
+PREFILL_AT_LIMIT = "The final answer is: \\boxed{"
+
+SPLITS = ("train", "validation", "test")
+
+
+def format_prompt(question: str) -> str:
+    return PROMPT_TEMPLATE.format(question=question)
+
+
+class DataFormatError(ValueError):
+    """A data file that cannot be read; the message names file and line."""
+
+
+def read_jsonl(path: str | Path, required: tuple[str, ...] = ("id", "question", "answer")) -> list[dict]:
+    rows = []
+    path = Path(path)
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataFormatError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise DataFormatError(f"{path}:{lineno}: expected a JSON object")
+            missing = [k for k in required if k not in row]
+            if missing:
+                raise DataFormatError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}")
+            rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- toy arithmetic
+_NAMES = ["Ada", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gia", "Hugo", "Ines", "Jon", "Kai", "Lena"]
+_ITEMS = ["apples", "stamps", "marbles", "books", "coins", "shells", "cards", "beads"]
+_TEMPLATES = [
+    "{name} has {a} {item}. {name} gets {b} more {item}. How many {item} does {name} have now?",
+    "A box holds {a} {item} and another box holds {b} {item}. How many {item} are there in total?",
+    "{name} collected {a} {item} on Monday and {b} {item} on Tuesday. How many {item} did {name} collect?",
+    "There are {a} {item} in a jar. {name} adds {b} {item}. How many {item} are in the jar?",
+]
+
+
+def toy_cot(a: int, b: int) -> str:
+    """Reference CoT: add column by column with carries, then state the sum.
+
+    E.g. 358 + 74 -> '358 + 74: 8 + 4 = 12, carry 1. 5 + 7 + 1 = 13, carry 1. 3 + 1 = 4.
+    Sum: 432. The final answer is:'"""
+    da, db = str(a)[::-1], str(b)[::-1]
+    carry, steps = 0, []
+    for i in range(max(len(da), len(db))):
+        terms = [int(d[i]) for d in (da, db) if i < len(d)] + ([carry] if carry else [])
+        s = sum(terms)
+        carry = s // 10
+        step = " + ".join(map(str, terms)) + f" = {s}"
+        steps.append(step + (f", carry {carry}." if carry else "."))
+    return f"{a} + {b}: " + " ".join(steps) + f" Sum: {a + b}. {STOP_TEXT}"
+
+
+def toy_problem(rng: random.Random, pid: str, lo: int = 10, hi: int = 99) -> dict:
+    a, b = rng.randint(lo, hi), rng.randint(lo, hi)
+    template = rng.choice(_TEMPLATES)
+    question = template.format(name=rng.choice(_NAMES), item=rng.choice(_ITEMS), a=a, b=b)
+    return {"id": pid, "question": question, "answer": str(a + b), "cot": toy_cot(a, b)}
+
+
+def toy_splits(train_size: int, validation_size: int, test_size: int, seed: int) -> dict[str, list[dict]]:
+    """Disjoint, seeded splits. Validation is a fixed seeded slice held out of the training pool."""
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    pool: list[dict] = []
+    total = train_size + validation_size + test_size
+    while len(pool) < total:
+        row = toy_problem(rng, pid="")
+        if row["question"] in seen:
+            continue
+        seen.add(row["question"])
+        pool.append(row)
+    test, trainval = pool[:test_size], pool[test_size:]
+    rng.shuffle(trainval)
+    splits = {"test": test, "validation": trainval[:validation_size], "train": trainval[validation_size:]}
+    for name, rows in splits.items():
+        for i, row in enumerate(rows):
+            row["id"] = f"toyarith-{name}-{i:05d}"
+    return splits
+
+
+def prepare(name: str, settings: dict) -> tuple[dict[str, list[dict]], list[str]]:
+    """Splits of one configured dataset, and the external sources it was read from."""
+    source = settings["source"]
+    if source == "toy":
+        return toy_splits(settings["train_size"], settings["validation_size"], settings["test_size"],
+                          settings.get("seed", 0)), []
+    raise ValueError(f"dataset {name!r}: unknown source {source!r}")

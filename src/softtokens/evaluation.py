@@ -1,0 +1,79 @@
+"""Evaluate one model (base or selected checkpoint) on one math benchmark under one of the six
+inference settings: per-problem correct counts, pass@1 and the pass@k curve, CoT lengths and
+the CoT entropy profile (Section 4 'Inference settings'; Appendix entropy analysis)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from tqdm import tqdm
+
+from softtokens.data import format_prompt
+from softtokens.generation import COT, INFERENCE_SETTINGS, CotEngine, is_stochastic
+from softtokens.metrics import mean_pass_at_k
+from softtokens.modeling import embedding_scale, load_model, load_tokenizer, pick_device
+from softtokens.rewards import grade
+from softtokens.training import row_seed
+
+
+def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: int, cot_max_tokens: int,
+             answer_max_tokens: int, batch_size: int, seed: int, dtype: str = "float32",
+             threads: int = 1) -> dict:
+    """Greedy settings draw 1 CoT per problem, sample settings ``n_samples``; answers greedy."""
+    torch.set_num_threads(threads)
+    setting = INFERENCE_SETTINGS[setting_name]
+    n = n_samples if is_stochastic(setting) else 1
+    tokenizer = load_tokenizer(model_path)
+    model = load_model(model_path, dtype, pick_device()).eval()
+    engine = CotEngine(model, tokenizer)
+    scale = embedding_scale(model, len(tokenizer))
+    sigma = scale.sigma(setting.noise_factor)
+
+    jobs = [(pi, si) for pi in range(len(rows)) for si in range(n)]
+    correct = [0] * len(rows)
+    boxed = [0] * len(rows)
+    cot_len = [0.0] * len(rows)
+    stopped = [0] * len(rows)
+    ent_sum = torch.zeros(cot_max_tokens)
+    ent_cnt = torch.zeros(cot_max_tokens)
+    examples = []
+    start = time.time()
+    for i in tqdm(range(0, len(jobs), batch_size), desc=f"eval {setting_name}", mininterval=5):
+        chunk = jobs[i:i + batch_size]
+        out = engine.generate([format_prompt(rows[pi]["question"]) for pi, _ in chunk], setting, sigma,
+                              [row_seed(seed, pi, si) for pi, si in chunk], cot_max_tokens, answer_max_tokens,
+                              answer_temperature=0.0)
+        for j, (pi, si) in enumerate(chunk):
+            b, ok = grade(out.completions[j], rows[pi]["answer"])
+            correct[pi] += ok
+            boxed[pi] += b
+            cot_len[pi] += out.cot_len[j].item() / n
+            stopped[pi] += int(out.stopped[j])
+            if si == 0 and len(examples) < 3:
+                examples.append({"id": rows[pi]["id"], "cot": out.cot_texts[j], "completion": out.completions[j],
+                                 "gold": rows[pi]["answer"], "correct": ok})
+        # entropy at each CoT position (CoT steps are the first cot_len steps of a row)
+        valid = (out.step_phase == COT).cpu()
+        ent = out.cot_entropy.cpu()
+        width = min(cot_max_tokens, ent.shape[1])
+        ent_sum[:width] += (ent[:, :width] * valid[:, :width]).sum(0)
+        ent_cnt[:width] += valid[:, :width].sum(0)
+
+    counts = [(n, c) for c in correct]
+    return {
+        "setting": setting_name, "mode": setting.mode, "temperature": setting.temperature,
+        "noise_factor": setting.noise_factor, "sigma": sigma, "embedding_scale": scale.as_dict(),
+        "n_problems": len(rows), "n_samples": n,
+        "pass@1": mean_pass_at_k(counts, 1),
+        "pass@k": {str(k): mean_pass_at_k(counts, k) for k in range(1, n + 1)},
+        "boxed_rate": sum(boxed) / (n * len(rows)),
+        "stop_rate": sum(stopped) / (n * len(rows)),
+        "mean_cot_length": sum(cot_len) / len(rows),
+        "entropy_profile": [float(s / c) if c > 0 else None for s, c in zip(ent_sum.tolist(), ent_cnt.tolist())],
+        "entropy_count": ent_cnt.tolist(),
+        "seconds": round(time.time() - start, 2),
+        "examples": examples,
+        "problems": [{"id": r["id"], "n": n, "correct": c, "boxed": b, "mean_cot_length": round(l, 2)}
+                     for r, c, b, l in zip(rows, correct, boxed, cot_len)],
+    }

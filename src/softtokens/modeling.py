@@ -1,0 +1,113 @@
+"""Load a causal LM and its tokenizer (hub id or local directory, the same code path), the
+embedding scale that sets the soft-token noise, and the toy Llama built from scratch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class EmbeddingScale:
+    """Scale of the input embedding matrix E (V x d), computed once per model.
+
+    rms_norm: sqrt(mean_i ||e_i||^2), the root-mean-square token-embedding norm.
+    rms_coordinate: sqrt(mean_ij E_ij^2) = rms_norm / sqrt(d).
+
+    The paper sets sigma = 0.33 x 'the root-mean-square norm of the token embeddings, so that
+    the noise is comparable but a bit smaller than the embeddings'. Isotropic noise of
+    per-coordinate std sigma has norm ~ sigma sqrt(d); it is 'a bit smaller than the
+    embeddings' only if sigma = gamma * rms_coordinate (noise norm ~ gamma * rms_norm).
+    We use that reading; rms_norm is recorded beside it."""
+
+    rms_norm: float
+    rms_coordinate: float
+    rows: int
+    dim: int
+
+    def sigma(self, noise_factor: float) -> float:
+        return noise_factor * self.rms_coordinate
+
+    def as_dict(self) -> dict:
+        return {"rms_norm": self.rms_norm, "rms_coordinate": self.rms_coordinate, "rows": self.rows, "dim": self.dim}
+
+
+@torch.no_grad()
+def embedding_scale(model, vocab_rows: int | None = None) -> EmbeddingScale:
+    """RMS of the rows of E that are real tokens (vocab_rows; Qwen pads E past its tokenizer)."""
+    emb = model.get_input_embeddings().weight
+    rows = emb[: vocab_rows or emb.shape[0]].float()
+    ms_norm = rows.pow(2).sum(-1).mean().item()
+    return EmbeddingScale(rms_norm=ms_norm ** 0.5, rms_coordinate=(ms_norm / rows.shape[1]) ** 0.5,
+                          rows=rows.shape[0], dim=rows.shape[1])
+
+
+def load_tokenizer(name_or_path: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(name_or_path)
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(name_or_path: str | Path, dtype: str = "float32", device: str | torch.device = "cpu"):
+    """A causal LM from a hub id (e.g. meta-llama/Llama-3.2-3B-Instruct) or a local directory
+    written by save_pretrained; the toy base and every checkpoint load through here."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=DTYPES[dtype])
+    return model.to(device)
+
+
+def pick_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# ---------------------------------------------------------------- toy model
+SPECIAL_TOKENS = {"pad": "<pad>", "eos": "<eos>", "bos": "<bos>"}
+
+
+def train_toy_tokenizer(texts: list[str], vocab_size: int, whole_phrases: tuple[str, ...] = ()):
+    """Byte-level BPE trained on the toy corpus, digits split one per token (arithmetic needs
+    it) and merges allowed across spaces, wrapped as a left-padding PreTrainedTokenizerFast.
+
+    ``whole_phrases`` become single tokens (the paper's constant prompt preamble): the text the
+    model reads is unchanged, but a tiny model on 2 CPU cores need not attend over 120 tokens
+    of boilerplate at every step."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS.values()),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    tok.add_tokens([AddedToken(p, normalized=False, special=False) for p in whole_phrases])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=SPECIAL_TOKENS["pad"],
+                                   eos_token=SPECIAL_TOKENS["eos"], bos_token=SPECIAL_TOKENS["bos"],
+                                   padding_side="left")
+
+
+def build_toy_model(vocab_size: int, hidden_size: int, num_layers: int, num_heads: int,
+                    intermediate_size: int, pad_id: int, eos_id: int, bos_id: int, seed: int,
+                    max_positions: int = 512):
+    """A tiny Llama with tied embeddings (like Llama-3.2-3B), randomly initialised."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
+                      num_attention_heads=num_heads, num_key_value_heads=num_heads,
+                      intermediate_size=intermediate_size, max_position_embeddings=max_positions,
+                      tie_word_embeddings=True, pad_token_id=pad_id, eos_token_id=eos_id,
+                      bos_token_id=bos_id)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg)

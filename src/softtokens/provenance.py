@@ -1,0 +1,258 @@
+"""Atomic writes and provenance records, so every number can be traced and no crash leaves
+half a result behind.
+
+A result file either embeds its record (JSON results: key ``provenance``) or sits beside a
+sidecar ``<name>.prov.json`` (JSONL, tables, figures, checkpoint directories). A record names
+the sha256 of each input, so ``softtokens audit`` can walk a table back to the data and say
+where a link is missing or an input changed since.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from softtokens import __version__
+
+SIDECAR_SUFFIX = ".prov.json"
+_LIBRARIES = ("torch", "transformers", "accelerate", "snakemake", "math_verify", "datasets", "pandas")
+
+
+# ---------------------------------------------------------------- atomic writes
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary sibling path; rename it onto ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary sibling directory; it replaces ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
+    write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
+# ---------------------------------------------------------------- hashing
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_path(path: str | os.PathLike) -> str:
+    """sha256 of a file, or of a directory as the hash of its files' (relative path, sha256)
+    list; provenance sidecars inside are left out so stamping a directory does not change it."""
+    path = Path(path)
+    if path.is_file():
+        return sha256_file(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        if f.name.endswith(SIDECAR_SUFFIX) or f.name == "provenance.json":
+            continue
+        h.update(f"{f.relative_to(path).as_posix()}\0{sha256_file(f)}\n".encode())
+    return h.hexdigest()
+
+
+def config_hash(config: Any) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- the record
+def _git_state() -> dict:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return {"git_commit": commit or None, "git_dirty": bool(dirty) if commit else None}
+    except (OSError, subprocess.SubprocessError):
+        return {"git_commit": None, "git_dirty": None}
+
+
+def _library_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for lib in _LIBRARIES:
+        try:
+            out[lib] = version(lib.replace("_", "-"))
+        except PackageNotFoundError:
+            out[lib] = None
+    return out
+
+
+def _device() -> dict:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return {"kind": "cuda", "name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count()}
+    except ImportError:
+        pass
+    return {"kind": "cpu", "name": platform.processor() or platform.machine(), "count": os.cpu_count()}
+
+
+def _rel(path: str | os.PathLike) -> str:
+    p = Path(path).resolve()
+    try:
+        return p.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+class Provenance:
+    """Collects one node's provenance while it runs; ``record()`` is called when it ends."""
+
+    def __init__(self, stage: str, config: Any, inputs: dict[str, str | os.PathLike] | None = None,
+                 seeds: dict | None = None):
+        self.stage = stage
+        self.config = config
+        self.seeds = seeds or {}
+        self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self.inputs = {name: {"path": _rel(p), "sha256": sha256_path(p)} for name, p in (inputs or {}).items()
+                       if p is not None and Path(p).exists()}
+        self.external = {}  # inputs that are not files here (hub ids)
+
+    def add_external(self, name: str, ref: str) -> None:
+        self.external[name] = ref
+
+    def record(self, extra: dict | None = None) -> dict:
+        rec = {
+            "stage": self.stage,
+            "softtokens_version": __version__,
+            **_git_state(),
+            "config": self.config,
+            "config_hash": config_hash(self.config),
+            "inputs": self.inputs,
+            "external_inputs": self.external,
+            "seeds": self.seeds,
+            "libraries": _library_versions(),
+            "device": _device(),
+            "host": socket.gethostname(),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "started": self.started,
+            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        if extra:
+            rec.update(extra)
+        return rec
+
+    def write_sidecar(self, result_path: str | os.PathLike, extra: dict | None = None) -> None:
+        rec = self.record(extra)
+        rec["output"] = {"path": _rel(result_path), "sha256": sha256_path(result_path)}
+        target = Path(result_path)
+        if target.is_dir():
+            write_json(target / "provenance.json", rec)
+        else:
+            write_json(sidecar_path(target), rec)
+
+
+def sidecar_path(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
+def read_record(path: str | os.PathLike) -> dict | None:
+    """The provenance record of a result: embedded, directory-level or sidecar."""
+    path = Path(path)
+    if path.is_dir():
+        p = path / "provenance.json"
+        return json.loads(p.read_text()) if p.exists() else None
+    side = sidecar_path(path)
+    if side.exists():
+        return json.loads(side.read_text())
+    if path.suffix == ".json" and path.exists():
+        try:
+            obj = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            return None
+        if isinstance(obj, dict):
+            return obj.get("provenance")
+    return None
+
+
+# ---------------------------------------------------------------- audit
+def audit(path: str | os.PathLike, _depth: int = 0, _seen: set | None = None) -> tuple[list[str], int]:
+    """Walk a result's provenance chain back to its sources.
+
+    Returns printable lines and the number of problems found (missing record, missing input,
+    or an input whose sha256 no longer matches the one recorded when the result was made)."""
+    seen = _seen if _seen is not None else set()
+    pad = "  " * _depth
+    path = Path(path)
+    lines, problems = [], 0
+    key = path.resolve().as_posix()
+    if key in seen:
+        return [f"{pad}{_rel(path)} (see above)"], 0
+    seen.add(key)
+    if not path.exists():
+        return [f"{pad}MISSING {_rel(path)}"], 1
+    rec = read_record(path)
+    if rec is None:
+        return [f"{pad}{_rel(path)}: NO PROVENANCE RECORD"], 1
+    code = rec.get("git_commit") or "unknown-commit"
+    dirty = " (dirty)" if rec.get("git_dirty") else ""
+    lines.append(f"{pad}{_rel(path)}  [{rec.get('stage')}]  code {code[:10]}{dirty} "
+                 f"v{rec.get('softtokens_version')}  config {rec.get('config_hash')}  "
+                 f"{rec.get('finished')}  {rec.get('device', {}).get('name')}")
+    for name, ref in rec.get("external_inputs", {}).items():
+        lines.append(f"{pad}  {name}: external {ref}")
+    for name, inp in rec.get("inputs", {}).items():
+        p = Path(inp["path"])
+        if not p.exists():
+            lines.append(f"{pad}  {name}: MISSING {inp['path']}")
+            problems += 1
+            continue
+        now = sha256_path(p)
+        if now != inp["sha256"]:
+            lines.append(f"{pad}  {name}: CHANGED {inp['path']} (recorded {inp['sha256'][:12]}, now {now[:12]})")
+            problems += 1
+        sub, sub_problems = audit(p, _depth + 1, seen)
+        lines.extend(sub)
+        problems += sub_problems
+    return lines, problems

@@ -1,0 +1,198 @@
+"""Tables (Markdown, LaTeX, CSV) and figures (PNG) from evaluation results and training metrics.
+
+Tables aggregate over seeds as mean ± std (sample std, ddof=1; 0 for a single seed or the
+base model), in percent, in the shape of the paper's Table 1 (hard inference) and its
+appendix tables (all six inference settings)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from softtokens.provenance import Provenance, atomic_path, write_text
+
+SETTING_ORDER = ["hard_greedy", "hard_sample", "fuzzy_greedy", "fuzzy_sample", "soft_greedy", "soft_sample"]
+MODE_ORDER = ["none", "hard", "fuzzy", "soft"]
+
+
+def parse_eval_path(path: Path) -> dict:
+    """.../eval/{model}/{trained}/{benchmark}/{setting}.json -> its keys."""
+    setting, benchmark, trained, model = path.stem, path.parent.name, path.parent.parent.name, path.parent.parent.parent.name
+    if trained == "base":
+        dataset, mode, seed = "none", "none", 0
+    else:
+        dataset, mode, seed_s = trained.rsplit("-", 2)
+        seed = int(seed_s.removeprefix("seed"))
+    return {"model": model, "train_dataset": dataset, "train_mode": mode, "seed": seed,
+            "benchmark": benchmark, "setting": setting}
+
+
+def load_eval_frame(paths: list[Path]) -> pd.DataFrame:
+    rows = []
+    for p in paths:
+        res = json.loads(Path(p).read_text())
+        n = res["n_samples"]
+        rows.append({**parse_eval_path(Path(p)), "pass@1": 100 * res["pass@1"], "pass@n": 100 * res["pass@k"][str(n)],
+                     "n": n, "mean_cot_length": res["mean_cot_length"], "path": str(p)})
+    return pd.DataFrame(rows)
+
+
+def _mean_std(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
+    g = df.groupby(keys, sort=False)[value]
+    out = g.agg(["mean", "std", "count"]).reset_index()
+    out["std"] = out["std"].fillna(0.0)
+    return out
+
+
+def _training_label(row) -> str:
+    return "no finetune" if row["train_mode"] == "none" else f"{row['train_dataset']} {row['train_mode']}"
+
+
+def _order(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df["_mode"] = df["train_mode"].map({m: i for i, m in enumerate(MODE_ORDER)})
+    return df.sort_values(["model", "_mode", "train_dataset"]).drop(columns="_mode")
+
+
+def main_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Table 1's shape: per benchmark, hard greedy pass@1, hard sample pass@1 and pass@n."""
+    n = int(df.loc[df.setting == "hard_sample", "n"].max()) if (df.setting == "hard_sample").any() else 1
+    cols = {("hard_greedy", "pass@1"): "Greedy pass@1", ("hard_sample", "pass@1"): "Sample pass@1",
+            ("hard_sample", "pass@n"): f"Sample pass@{n}"}
+    return _wide(df, cols)
+
+
+def settings_table(df: pd.DataFrame, benchmark: str) -> pd.DataFrame:
+    """The appendix tables' shape: one benchmark, all six inference settings."""
+    sub = df[df.benchmark == benchmark]
+    n = int(sub["n"].max())
+    cols = {}
+    for mode in ("hard", "fuzzy", "soft"):
+        cols[(f"{mode}_greedy", "pass@1")] = f"{mode.capitalize()} Greedy pass@1"
+        cols[(f"{mode}_sample", "pass@1")] = f"{mode.capitalize()} Sample pass@1"
+        cols[(f"{mode}_sample", "pass@n")] = f"{mode.capitalize()} Sample pass@{n}"
+    return _wide(sub, cols, by_benchmark=False)
+
+
+def _wide(df: pd.DataFrame, cols: dict, by_benchmark: bool = True) -> pd.DataFrame:
+    keys = ["model", "train_dataset", "train_mode"]
+    records: dict[tuple, dict] = {}
+    for (setting, metric), label in cols.items():
+        sub = df[df.setting == setting]
+        if sub.empty:
+            continue
+        agg = _mean_std(sub, keys + ["benchmark"], metric)
+        for _, r in agg.iterrows():
+            rec = records.setdefault(tuple(r[k] for k in keys), {k: r[k] for k in keys})
+            col = f"{r['benchmark']} {label}" if by_benchmark else label
+            rec[col] = f"{r['mean']:.1f}±{r['std']:.1f}"
+            rec[f"_seeds"] = int(r["count"])
+    table = _order(pd.DataFrame(records.values()))
+    table.insert(1, "training", table.apply(_training_label, axis=1))
+    return table.drop(columns=["train_dataset", "train_mode"]).rename(columns={"_seeds": "seeds"})
+
+
+def _to_latex(table: pd.DataFrame, caption: str) -> str:
+    body = table.to_latex(index=False, escape=True)
+    body = body.replace("±", r"$\pm$")
+    return "\\begin{table}[ht]\\centering\\footnotesize\n" + body + f"\\caption{{{caption}}}\n\\end{{table}}\n"
+
+
+def write_table(table: pd.DataFrame, out_dir: Path, name: str, caption: str, prov: Provenance) -> list[Path]:
+    paths = []
+    for ext, text in (("md", f"{caption}\n\n" + table.to_markdown(index=False) + "\n"),
+                      ("tex", _to_latex(table, caption)), ("csv", table.to_csv(index=False))):
+        path = out_dir / f"{name}.{ext}"
+        write_text(path, text)
+        prov.write_sidecar(path)
+        paths.append(path)
+    return paths
+
+
+def write_tables(eval_paths: list[Path], out_dir: Path, settings: dict) -> None:
+    df = load_eval_frame(eval_paths)
+    prov = Provenance("tables", settings, inputs={p.as_posix(): p for p in eval_paths})
+    caption = ("Hard inference (CoT greedy tau=0 / sampled tau=1, answers greedy): pass@1 and pass@n in %, "
+               "mean ± std over seeds (sample std).")
+    write_table(main_table(df), out_dir, "main", caption, prov)
+    for bench in sorted(df.benchmark.unique()):
+        write_table(settings_table(df, bench), out_dir, f"settings_{bench}",
+                    f"{bench}: all six inference settings, pass@1 and pass@n in %, mean ± std over seeds.", prov)
+    long = _mean_std(df, ["model", "train_dataset", "train_mode", "benchmark", "setting"], "pass@1")
+    write_text(out_dir / "pass1_long.csv", long.to_csv(index=False))
+    prov.write_sidecar(out_dir / "pass1_long.csv")
+
+
+# ---------------------------------------------------------------- figures
+def _save_fig(fig, path: Path, prov: Provenance) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    prov.write_sidecar(path)
+
+
+def parse_run_path(path: Path) -> dict:
+    """.../runs/{model}/{dataset}/{mode}/seed{seed}/metrics.jsonl -> its keys."""
+    seed_dir = path.parent
+    return {"model": seed_dir.parent.parent.parent.name, "train_dataset": seed_dir.parent.parent.name,
+            "train_mode": seed_dir.parent.name, "seed": int(seed_dir.name.removeprefix("seed"))}
+
+
+def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Path, settings: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="paper")
+    prov = Provenance("figures", settings, inputs={p.as_posix(): p for p in [*metrics_paths, *eval_paths]})
+    rows = []
+    for p in metrics_paths:
+        keys = parse_run_path(p)
+        for line in p.read_text().splitlines():
+            m = json.loads(line)
+            rows.append({**keys, **m})
+    runs = pd.DataFrame(rows)
+    for (model, dataset), sub in runs.groupby(["model", "train_dataset"]):
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+        train = sub[sub.kind == "train"].copy()
+        train["success (%)"] = 100 * train["frac_correct"]
+        train["smoothed"] = train.groupby(["train_mode", "seed"])["success (%)"].transform(
+            lambda s: s.rolling(max(1, len(s) // 10), min_periods=1).mean())
+        sns.lineplot(train, x="step", y="smoothed", hue="train_mode", units="seed", estimator=None, ax=axes[0],
+                     hue_order=[m for m in MODE_ORDER if m in set(train.train_mode)])
+        axes[0].set(title="(a) training success (rolling mean)", ylabel="correct rollouts (%)")
+        val = sub[sub.kind == "validation"].copy()
+        val["greedy validation (%)"] = 100 * val["val_greedy_accuracy"]
+        sns.lineplot(val, x="step", y="greedy validation (%)", hue="train_mode", units="seed", estimator=None,
+                     marker="o", ax=axes[1], hue_order=[m for m in MODE_ORDER if m in set(val.train_mode)])
+        axes[1].set(title="(b) greedy validation (model selection)")
+        fig.suptitle(f"{model} trained on {dataset}")
+        _save_fig(fig, out_dir / f"training_{model}_{dataset}.png", prov)
+        plt.close(fig)
+
+    evals = []
+    for p in eval_paths:
+        res = json.loads(p.read_text())
+        keys = parse_eval_path(p)
+        for pos, h in enumerate(res["entropy_profile"]):
+            if h is not None and res["entropy_count"][pos] >= 5:
+                evals.append({**keys, "position": pos, "entropy": h})
+    ent = pd.DataFrame(evals)
+    if not ent.empty:
+        ent["training"] = ent.apply(_training_label, axis=1)
+        for (model, bench), sub in ent.groupby(["model", "benchmark"]):
+            settings_present = [s for s in SETTING_ORDER if s in set(sub.setting)]
+            fig, axes = plt.subplots(1, len(settings_present), figsize=(3.2 * len(settings_present), 3), sharey=True,
+                                     squeeze=False)
+            for ax, setting in zip(axes[0], settings_present):
+                s = sub[sub.setting == setting]
+                sns.lineplot(s, x="position", y="entropy", hue="train_mode", units="seed", estimator=None,
+                             alpha=0.7, ax=ax, hue_order=[m for m in MODE_ORDER if m in set(s.train_mode)],
+                             legend=ax is axes[0][0])
+                ax.set(title=setting.replace("_", " "), xlabel="CoT position", ylabel="entropy (nats)")
+            fig.suptitle(f"CoT entropy of {model} on {bench} (training: none = base model)")
+            _save_fig(fig, out_dir / f"entropy_{model}_{bench}.png", prov)
+            plt.close(fig)

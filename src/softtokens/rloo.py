@@ -1,0 +1,88 @@
+"""RLOO (Appendix A) and the Gaussian log-density of noisy soft inputs (Section 3).
+
+The per-sequence log-probability of a rollout is a sum over its sampled steps:
+- a hard CoT token or an answer token: log softmax(logits / tau)[token]
+- a soft / fuzzy CoT input h~_t: log N(h~_t; h0_t, sigma^2 I) = -||h~_t - h0_t||^2 / (2 sigma^2) + cst,
+  with h0_t = softmax(logits_{t-1} / tau) @ E recomputed with gradients (eq. in Section 3).
+Prefill tokens are forced, not sampled, so they carry no term.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _float(t: torch.Tensor) -> torch.Tensor:
+    """At least float32 (bf16 logits are upcast; float64 stays float64 for gradient checks)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """A_{b,g} = r_{b,g} - mean_{j != g} r_{b,j} (Appendix A). rewards: (B, G) -> (B, G)."""
+    if rewards.dim() != 2 or rewards.shape[1] < 2:
+        raise ValueError(f"rewards must be (B, G) with G >= 2, got {tuple(rewards.shape)}")
+    g = rewards.shape[1]
+    loo_mean = (rewards.sum(dim=1, keepdim=True) - rewards) / (g - 1)
+    return rewards - loo_mean
+
+
+def gaussian_log_prob(noisy: torch.Tensor, mean: torch.Tensor, sigma: float) -> torch.Tensor:
+    """log N(noisy; mean, sigma^2 I) without its constant: -||noisy - mean||^2 / (2 sigma^2),
+    summed over the last dimension (Section 3, 'Since the noise is Gaussian')."""
+    if sigma <= 0:
+        raise ValueError("the Gaussian log-density needs sigma > 0 (a noiseless soft CoT is not a policy)")
+    diff = _float(noisy) - _float(mean)
+    return -(diff * diff).sum(-1) / (2.0 * sigma * sigma)
+
+
+def token_log_prob(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / tau)[token], in float32. logits: (..., V), tokens: (...)."""
+    scaled = _float(logits) / (temperature if temperature > 0 else 1.0)
+    return torch.log_softmax(scaled, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def rloo_loss(seq_log_probs: torch.Tensor, advantages: torch.Tensor, total_rows: int) -> torch.Tensor:
+    """-(1/BG) sum_{b,g} sg(A_{b,g}) * l_{b,g} (Appendix A). Dividing by the whole batch size,
+    not the micro-batch's, makes gradients accumulated over micro-batches equal the full loss's."""
+    return -(advantages.detach() * seq_log_probs).sum() / total_rows
+
+
+def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
+                      vocab_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row (CoT log-prob, answer log-prob) of a recorded rollout, with gradients.
+
+    One teacher-forced forward over [prompt | recorded step inputs]: hard and prefill/answer
+    steps are re-embedded from their token ids (so E gets its usual gradient), continuous CoT
+    steps use the recorded noisy inputs h~ as constants. Logits at the position before step s
+    give the distribution that produced step s: a token log-prob for hard CoT and answer
+    steps, the Gaussian log-density of h~_s around h0_s = softmax(logits / tau) @ E for soft /
+    fuzzy CoT steps. Returns two (N,) tensors."""
+    from softtokens.generation import ANSWER, COT, CONTINUOUS_MODES
+
+    setting = rollout.setting
+    emb = model.get_input_embeddings()
+    n, steps = rollout.step_ids.shape
+    x_prompt = emb(rollout.prompt_ids)
+    x_steps = emb(rollout.step_ids)
+    is_cot = rollout.step_phase == COT
+    is_answer = rollout.step_phase == ANSWER
+    continuous = setting.mode in CONTINUOUS_MODES
+    if continuous:
+        x_steps = torch.where(is_cot.unsqueeze(-1), rollout.noisy_inputs.to(x_steps.dtype), x_steps)
+    x = torch.cat([x_prompt, x_steps], dim=1)
+    mask = torch.cat([rollout.prompt_mask, torch.ones_like(rollout.step_ids)], dim=1)
+    pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    out = model(inputs_embeds=x, attention_mask=mask, position_ids=pos, logits_to_keep=steps + 1)
+    rows = vocab_rows or out.logits.shape[-1]
+    logits = out.logits[:, :-1, :rows]  # (N, S, V): logits[:, s] produced step s
+
+    answer_lp = token_log_prob(logits, rollout.step_ids, answer_temperature)
+    answer_lp = torch.where(is_answer, answer_lp, 0.0).sum(-1)
+    if continuous:
+        probs = torch.softmax(_float(logits) / setting.temperature, dim=-1)
+        mean = probs.to(emb.weight.dtype) @ emb.weight[:rows]  # h0: (N, S, d)
+        cot_terms = gaussian_log_prob(rollout.noisy_inputs, mean, sigma)
+    else:
+        cot_terms = token_log_prob(logits, rollout.step_ids, setting.temperature)
+    cot_lp = torch.where(is_cot, cot_terms, 0.0).sum(-1)
+    return cot_lp, answer_lp

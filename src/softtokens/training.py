@@ -1,0 +1,267 @@
+"""RLOO training of one (model, dataset, mode, seed) run (Section 4 and Appendix A).
+
+One step: B prompts x G rollouts in the run's CoT mode -> rewards -> leave-one-out
+advantages -> one teacher-forced pass per micro-batch -> AdamW step. Greedy validation every
+``val_every`` steps (and at step 0, the base model) picks the ``best`` checkpoint.
+
+Resume state (``latest``, ``best`` so far, metrics so far) lives in ``state_dir``, which the
+workflow does not declare as an output: Snakemake deletes declared outputs of a failed job,
+and a preempted 4k-step run must not lose its progress. On success the checkpoints are
+moved into the declared ``checkpoints/`` directory and the state directory is removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from softtokens.data import format_prompt
+from softtokens.generation import CONTINUOUS_MODES, CotEngine, CotSetting
+from softtokens.modeling import embedding_scale, load_model, load_tokenizer, pick_device
+from softtokens.provenance import atomic_dir, write_jsonl
+from softtokens.rewards import grade
+from softtokens.rloo import rloo_advantages, rloo_loss, rollout_log_probs
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One run's resolved settings; defaults are the paper's (Section 4, Appendices A, C, D)."""
+
+    mode: str                          # hard | soft | fuzzy
+    seed: int
+    lr: float                          # 6e-6 Llama-3B, 3e-6 Llama-8B, 8e-6 Qwen-3B
+    prompts_per_step: int = 2          # B
+    samples_per_prompt: int = 32       # G
+    steps: int = 4000
+    reward_correct: float = 100.0
+    reward_boxed_wrong: float = 10.0
+    reward_no_box: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.0
+    lr_schedule: str = "cosine"
+    warmup_steps: int = 20
+    max_grad_norm: float = 0.0         # 0 = no clipping
+    cot_max_tokens: int = 128
+    answer_max_tokens: int = 32
+    hard_temperature: float = 1.0
+    soft_temperature: float = 0.5
+    fuzzy_temperature: float = 0.0001
+    noise_factor: float = 0.33         # gamma
+    answer_temperature: float = 1.0
+    val_every: int = 50
+    val_size: int = 500
+    micro_batch_size: int = 8
+    dtype: str = "bfloat16"
+    optimizer: str = "adamw"
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> "TrainConfig":
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in settings.items() if k in known})
+
+    @property
+    def cot_setting(self) -> CotSetting:
+        """The CoT decoding used for training rollouts (the *_sample inference settings)."""
+        if self.mode == "hard":
+            return CotSetting("hard", self.hard_temperature, 0.0)
+        tau = self.soft_temperature if self.mode == "soft" else self.fuzzy_temperature
+        return CotSetting(self.mode, tau, self.noise_factor)
+
+    @property
+    def validation_setting(self) -> CotSetting:
+        """Greedy validation: hard CoT at tau = 0, or the run's soft/fuzzy CoT without noise."""
+        s = self.cot_setting
+        return CotSetting("hard", 0.0, 0.0) if s.mode == "hard" else CotSetting(s.mode, s.temperature, 0.0)
+
+
+def row_seed(*parts: int) -> int:
+    """A stable 63-bit seed for one rollout row from (run seed, step, prompt, sample)."""
+    digest = hashlib.sha256(",".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def lr_lambda(cfg: TrainConfig):
+    def f(step: int) -> float:
+        warm = min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps > 0 else 1.0
+        if cfg.lr_schedule == "constant":
+            return warm
+        progress = min(1.0, max(0, step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+        return warm * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return f
+
+
+@torch.no_grad()
+def greedy_accuracy(engine: CotEngine, rows: list[dict], setting: CotSetting, cot_max: int,
+                    answer_max: int, batch_size: int = 256) -> float:
+    correct = 0
+    for i in range(0, len(rows), batch_size):
+        chunk = rows[i:i + batch_size]
+        out = engine.generate([format_prompt(r["question"]) for r in chunk], setting, 0.0,
+                              [0] * len(chunk), cot_max, answer_max, answer_temperature=0.0)
+        correct += sum(grade(c, r["answer"])[1] for c, r in zip(out.completions, chunk))
+    return correct / len(rows)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, base_model: str, train_rows: list[dict], val_rows: list[dict],
+                 state_dir: Path, threads: int = 1):
+        self.cfg, self.base_model, self.state_dir = cfg, base_model, Path(state_dir)
+        self.train_rows, self.val_rows = train_rows, val_rows[: cfg.val_size]
+        torch.set_num_threads(threads)
+        torch.manual_seed(cfg.seed)
+        self.device = pick_device()
+        self.tokenizer = load_tokenizer(base_model)
+        latest = self.state_dir / "latest"
+        self.start_step = 0
+        source = latest if (latest / "trainer_state.json").exists() else base_model
+        self.model = load_model(source, cfg.dtype, self.device)
+        # sigma is fixed for the run from the base model's embeddings (recorded in metrics)
+        base_scale = json.loads((latest / "trainer_state.json").read_text())["embedding_scale"] \
+            if source == latest else embedding_scale(self.model, len(self.tokenizer)).as_dict()
+        self.embedding_scale = base_scale
+        self.sigma = cfg.noise_factor * base_scale["rms_coordinate"] if cfg.mode in CONTINUOUS_MODES else 0.0
+        self.engine = CotEngine(self.model, self.tokenizer)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                                     eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
+        self.metrics: list[dict] = []
+        self.best_val = -1.0
+        if source == latest:
+            state = json.loads((latest / "trainer_state.json").read_text())
+            opt_state = torch.load(latest / "optimizer.pt", map_location=self.device, weights_only=True)
+            self.opt.load_state_dict(opt_state["optimizer"])
+            self.sched.load_state_dict(opt_state["scheduler"])
+            self.start_step = state["step"]
+            self.best_val = state["best_val"]
+            self.metrics = [m for m in _read_jsonl(self.state_dir / "metrics.jsonl") if m["step"] <= self.start_step]
+
+    # ------------------------------------------------------------ one step
+    def prompts_for_step(self, step: int) -> list[dict]:
+        rng = random.Random(row_seed(self.cfg.seed, step, -1))
+        return rng.sample(self.train_rows, self.cfg.prompts_per_step)
+
+    def train_step(self, step: int) -> dict:
+        cfg = self.cfg
+        t0 = time.time()
+        problems = self.prompts_for_step(step)
+        prompts = [format_prompt(p["question"]) for p in problems for _ in range(cfg.samples_per_prompt)]
+        seeds = [row_seed(cfg.seed, step, b, g) for b in range(cfg.prompts_per_step) for g in range(cfg.samples_per_prompt)]
+        self.model.eval()
+        rollout = self.engine.generate(prompts, cfg.cot_setting, self.sigma, seeds, cfg.cot_max_tokens,
+                                       cfg.answer_max_tokens, cfg.answer_temperature)
+        t1 = time.time()
+        golds = [p["answer"] for p in problems for _ in range(cfg.samples_per_prompt)]
+        graded = [grade(c, g) for c, g in zip(rollout.completions, golds)]
+        rewards = torch.tensor([cfg.reward_correct if ok else cfg.reward_boxed_wrong if boxed else cfg.reward_no_box
+                                for boxed, ok in graded], device=self.device)
+        adv = rloo_advantages(rewards.view(cfg.prompts_per_step, cfg.samples_per_prompt)).flatten()
+        t2 = time.time()
+
+        self.model.train()
+        n = len(prompts)
+        loss_sum, cot_lp_sum, ans_lp_sum = 0.0, 0.0, 0.0
+        for start in range(0, n, cfg.micro_batch_size):
+            idx = slice(start, min(n, start + cfg.micro_batch_size))
+            cot_lp, ans_lp = rollout_log_probs(self.model, rollout.rows(idx), self.sigma, cfg.answer_temperature,
+                                               self.engine.vocab_rows)
+            loss = rloo_loss(cot_lp + ans_lp, adv[idx], n)
+            loss.backward()
+            loss_sum += loss.item()
+            cot_lp_sum += cot_lp.detach().sum().item()
+            ans_lp_sum += ans_lp.detach().sum().item()
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+        self.opt.step()
+        self.sched.step()
+        self.opt.zero_grad(set_to_none=True)
+        t3 = time.time()
+
+        r = rewards.view(cfg.prompts_per_step, cfg.samples_per_prompt)
+        cot_mask = rollout.step_phase == 0
+        return {
+            "kind": "train", "step": step + 1,
+            "reward": r.mean().item(), "reward_std": r.std(dim=1).mean().item(),
+            "frac_correct": sum(ok for _, ok in graded) / n, "frac_boxed": sum(b for b, _ in graded) / n,
+            "frac_reward_zero_std": (r.std(dim=1) == 0).float().mean().item(),
+            "completions/mean_length": rollout.cot_len.float().mean().item(),
+            "stop_rate": rollout.stopped.float().mean().item(),
+            "entropy": (rollout.cot_entropy.sum() / cot_mask.sum().clamp(min=1)).item(),
+            "loss": loss_sum, "cot_logp": cot_lp_sum / n, "answer_logp": ans_lp_sum / n,
+            "grad_norm": float(grad_norm), "lr": self.sched.get_last_lr()[0],
+            "seconds_rollout": round(t1 - t0, 3), "seconds_reward": round(t2 - t1, 3),
+            "seconds_update": round(t3 - t2, 3),
+        }
+
+    # ------------------------------------------------------------ validation and checkpoints
+    def validate(self, step: int) -> dict:
+        self.model.eval()
+        acc = greedy_accuracy(self.engine, self.val_rows, self.cfg.validation_setting, self.cfg.cot_max_tokens,
+                              self.cfg.answer_max_tokens)
+        return {"kind": "validation", "step": step, "val_greedy_accuracy": acc}
+
+    def _save(self, name: str, step: int, with_optimizer: bool, extra: dict | None = None) -> None:
+        with atomic_dir(self.state_dir / name) as tmp:
+            self.model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+            state = {"step": step, "best_val": self.best_val, "embedding_scale": self.embedding_scale,
+                     "sigma": self.sigma, "config": asdict(self.cfg), "base_model": str(self.base_model), **(extra or {})}
+            (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
+            if with_optimizer:
+                torch.save({"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict()}, tmp / "optimizer.pt")
+
+    def _log(self, row: dict) -> None:
+        self.metrics.append(row)
+        with open(self.state_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def _validate_and_keep_best(self, step: int) -> None:
+        row = self.validate(step)
+        self._log(row)
+        if row["val_greedy_accuracy"] > self.best_val:
+            self.best_val = row["val_greedy_accuracy"]
+            self._save("best", step, with_optimizer=False, extra={"val_greedy_accuracy": self.best_val})
+
+    def run(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        write_jsonl(self.state_dir / "metrics.jsonl", self.metrics)  # drop rows past the resumed step
+        if self.start_step == 0:
+            self._validate_and_keep_best(0)
+        bar = tqdm(range(self.start_step, self.cfg.steps), desc=f"RLOO {self.cfg.mode} seed {self.cfg.seed}",
+                   initial=self.start_step, total=self.cfg.steps, mininterval=5)
+        for step in bar:
+            row = self.train_step(step)
+            self._log(row)
+            bar.set_postfix(reward=f"{row['reward']:.1f}", acc=f"{row['frac_correct']:.2f}", best=f"{self.best_val:.3f}")
+            done = step + 1
+            if done % self.cfg.val_every == 0 or done == self.cfg.steps:
+                self._validate_and_keep_best(done)
+                self._save("latest", done, with_optimizer=True)
+
+    def finish(self, checkpoints_dir: Path, metrics_path: Path) -> None:
+        """Move the final checkpoints into the declared outputs and drop the resume state."""
+        checkpoints_dir = Path(checkpoints_dir)
+        with atomic_dir(checkpoints_dir) as tmp:
+            for name in ("best", "latest"):
+                shutil.move(str(self.state_dir / name), str(tmp / name))
+            opt = tmp / "latest" / "optimizer.pt"
+            if opt.exists():
+                opt.unlink()
+        write_jsonl(metrics_path, self.metrics)
+        shutil.rmtree(self.state_dir)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,38 @@
+import json
+
+import pytest
+
+from softtokens.data import DataFormatError, STOP_TEXT, read_jsonl, toy_cot, toy_splits
+
+
+def test_toy_generator_is_deterministic_and_seeded():
+    a = toy_splits(50, 10, 10, seed=3)
+    b = toy_splits(50, 10, 10, seed=3)
+    c = toy_splits(50, 10, 10, seed=4)
+    assert a == b
+    assert a["test"] != c["test"]
+
+
+def test_toy_splits_are_disjoint_and_sized():
+    s = toy_splits(200, 20, 30, seed=1)
+    assert [len(s[k]) for k in ("train", "validation", "test")] == [200, 20, 30]
+    qs = [set(r["question"] for r in s[k]) for k in ("train", "validation", "test")]
+    assert not (qs[0] & qs[1]) and not (qs[0] & qs[2]) and not (qs[1] & qs[2])
+    assert len({r["id"] for k in s for r in s[k]}) == 250
+
+
+def test_toy_cot_adds_correctly_and_ends_with_stop_text():
+    cot = toy_cot(58, 74)
+    assert cot == "58 + 74: 8 + 4 = 12, carry 1. 5 + 7 + 1 = 13, carry 1. Sum: 132. " + STOP_TEXT
+    for row in toy_splits(100, 1, 1, seed=0)["train"]:
+        assert f"Sum: {row['answer']}." in row["cot"]
+
+
+def test_read_jsonl_names_file_and_line(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_text(json.dumps({"id": 1, "question": "q", "answer": "1"}) + "\n{broken\n")
+    with pytest.raises(DataFormatError, match=r"x.jsonl:2"):
+        read_jsonl(p)
+    p.write_text(json.dumps({"id": 1, "question": "q"}) + "\n")
+    with pytest.raises(DataFormatError, match=r"x.jsonl:1: missing field\(s\) answer"):
+        read_jsonl(p)

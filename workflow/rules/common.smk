@@ -1,0 +1,140 @@
+# Helpers shared by all rules: config validation, wildcard constraints, grid -> targets.
+import json
+from pathlib import Path
+
+from snakemake.utils import validate
+
+from softtokens.config import check_config, resolved_rl
+
+
+# our check first: its messages name the key ('grids.toy.rl.steps'); then Snakemake's own
+check_config(config)
+validate(config, schema="../schemas/config.schema.yaml")
+
+GRID_NAME = config["grid"]
+GRID = config["grids"][GRID_NAME]
+RESULTS = GRID["results"]
+EVAL = GRID["evaluation"]
+RL = resolved_rl(config, GRID_NAME)
+# the toy base is supervised on the first toy-sourced dataset of the grid
+TOY_BASE_DATASET = next((d for d, s in GRID["datasets"].items() if s["source"] == "toy"), None)
+
+
+wildcard_constraints:
+    model=r"[A-Za-z0-9_.]+",
+    dataset=r"[A-Za-z0-9_.]+",
+    benchmark=r"[A-Za-z0-9_.]+",
+    mode=r"hard|soft|fuzzy",
+    seed=r"\d+",
+    setting=r"(hard|soft|fuzzy)_(greedy|sample)",
+    trained=r"base|[A-Za-z0-9_.]+-(hard|soft|fuzzy)-seed\d+",
+
+
+# ---------------------------------------------------------------- grid expansion
+def training_runs():
+    """(model, dataset, mode, seed) of every training run in the grid."""
+    return [
+        (c["model"], c["dataset"], mode, seed)
+        for c in GRID["training"]
+        for mode in c["modes"]
+        for seed in c["seeds"]
+    ]
+
+
+def run_dir(model, dataset, mode, seed):
+    return f"{RESULTS}/runs/{model}/{dataset}/{mode}/seed{seed}"
+
+
+def evaluated_models():
+    """(model, trained) pairs: each evaluated base model and every run trained from it."""
+    pairs = [(m, "base") for m in EVAL["models"]]
+    pairs += [(m, f"{d}-{mode}-seed{s}") for m, d, mode, s in training_runs()]
+    return pairs
+
+
+def eval_targets():
+    return [
+        f"{RESULTS}/eval/{m}/{t}/{b}/{s}.json"
+        for m, t in evaluated_models()
+        for b in EVAL["benchmarks"]
+        for s in EVAL["settings"]
+    ]
+
+
+def metrics_targets():
+    return [f"{run_dir(*r)}/metrics.jsonl" for r in training_runs()]
+
+
+def settings_table_targets():
+    return [f"{RESULTS}/tables/settings_{b}.{ext}" for b in EVAL["benchmarks"] for ext in ("md", "tex", "csv")]
+
+
+def figure_targets():
+    pairs = sorted({(m, d) for m, d, _, _ in training_runs()})
+    figs = [f"{RESULTS}/figures/training_{m}_{d}.png" for m, d in pairs]
+    models = sorted({m for m, _ in evaluated_models()})
+    figs += [f"{RESULTS}/figures/entropy_{m}_{b}.png" for m in models for b in EVAL["benchmarks"]]
+    return figs
+
+
+def report_targets():
+    return [f"{RESULTS}/tables/main.md", *settings_table_targets(), *figure_targets()]
+
+
+def all_targets():
+    return report_targets()
+
+
+# ---------------------------------------------------------------- per-rule inputs and params
+def dataset_settings(wildcards):
+    return json.dumps(GRID["datasets"][wildcards.dataset], sort_keys=True)
+
+
+def toy_base_settings(wildcards):
+    s = dict(GRID["toy_base"])
+    s.update(cot_max_tokens=RL["cot_max_tokens"], answer_max_tokens=RL["answer_max_tokens"])
+    return json.dumps(s, sort_keys=True)
+
+
+def model_source(model):
+    """Local directory (toy) or hub id / path of a base model."""
+    src = GRID["models"][model]["source"]
+    return f"{RESULTS}/models/{model}" if src == "toy" else src
+
+
+def base_model_input(wildcards):
+    """The toy base is a DAG output; a hub model is fetched by the job itself."""
+    src = GRID["models"][wildcards.model]["source"]
+    return [model_source(wildcards.model)] if src == "toy" else []
+
+
+def train_settings(wildcards):
+    s = dict(RL, mode=wildcards.mode, seed=int(wildcards.seed), lr=GRID["models"][wildcards.model]["lr"])
+    return json.dumps(s, sort_keys=True)
+
+
+def eval_settings(wildcards):
+    s = {k: v for k, v in EVAL.items() if k not in ("models", "benchmarks", "settings")}
+    s["dtype"] = RL.get("dtype", "float32")
+    return json.dumps(s, sort_keys=True)
+
+
+def eval_model_input(wildcards):
+    if wildcards.trained == "base":
+        return base_model_input(wildcards)
+    dataset, mode, seed = wildcards.trained.rsplit("-", 2)
+    return [f"{run_dir(wildcards.model, dataset, mode, seed.removeprefix('seed'))}/selected.json"]
+
+
+def eval_model_arg(wildcards, input):
+    if wildcards.trained == "base":
+        return f"--model {model_source(wildcards.model)}"
+    return f"--selected {input.model[0]}"
+
+
+def report_settings(wildcards):
+    return json.dumps({"grid": GRID_NAME, "n_samples": EVAL["n_samples"]}, sort_keys=True)
+
+
+def base_model_arg(wildcards):
+    return model_source(wildcards.model)
