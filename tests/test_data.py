@@ -36,3 +36,9 @@ def test_read_jsonl_names_file_and_line(tmp_path):
     p.write_text(json.dumps({"id": 1, "question": "q"}) + "\n")
     with pytest.raises(DataFormatError, match=r"x.jsonl:1: missing field\(s\) answer"):
         read_jsonl(p)
+
+
+def test_forgetful_cot_drops_every_carry():
+    assert toy_cot(58, 74, forget_carry=True) == "58 + 74: 8 + 4 = 12. 5 + 7 = 12. Sum: 122. " + STOP_TEXT
+    # without a carry the slip changes nothing
+    assert toy_cot(51, 23, forget_carry=True) == toy_cot(51, 23)

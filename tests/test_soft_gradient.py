@@ -97,3 +97,13 @@ def test_soft_loss_gradient_matches_finite_differences(model64, toy_tokenizer, t
         fd = (up - down) / (2 * eps)
         assert fd == pytest.approx(flat_grad[idx].item(), rel=2e-3, abs=1e-7), name
     model64.zero_grad()
+
+
+def test_gaussian_scale_only_reweights_the_cot_term(model64, toy_tokenizer, toy_rows):
+    prompts = [format_prompt(r["question"]) for r in toy_rows["test"][:2]]
+    rollout = CotEngine(model64, toy_tokenizer).generate(prompts, INFERENCE_SETTINGS["fuzzy_sample"], 0.1, [3, 4], 5, 2,
+                                                         answer_temperature=1.0)
+    with torch.no_grad():
+        cot, ans = rollout_log_probs(model64, rollout, 0.1, 1.0)
+        cot_d, ans_d = rollout_log_probs(model64, rollout, 0.1, 1.0, gaussian_scale=1 / 16)
+    assert torch.allclose(cot_d, cot / 16) and torch.allclose(ans_d, ans)

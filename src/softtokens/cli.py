@@ -49,8 +49,8 @@ def cmd_build_toy_base(a) -> None:
                       seeds={"seed": s["seed"]})
     train, val = read_jsonl(a.train), read_jsonl(a.validation)
     keys = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size", "sft_steps",
-            "sft_batch_size", "sft_lr", "seed")
-    model, tok, log = build_toy_base(train, **{k: s[k] for k in keys}, threads=a.threads)
+            "sft_batch_size", "sft_lr", "seed", "forget_carry_rate")
+    model, tok, log = build_toy_base(train, **{k: s[k] for k in keys if k in s}, threads=a.threads)
     acc = greedy_accuracy(CotEngine(model, tok), val, INFERENCE_SETTINGS["hard_greedy"], s["cot_max_tokens"],
                           s["answer_max_tokens"])
     with atomic_dir(a.out) as tmp:

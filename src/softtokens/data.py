@@ -69,27 +69,30 @@ _TEMPLATES = [
 ]
 
 
-def toy_cot(a: int, b: int) -> str:
+def toy_cot(a: int, b: int, forget_carry: bool = False) -> str:
     """Reference CoT: add column by column with carries, then state the sum.
 
-    E.g. 358 + 74 -> '358 + 74: 8 + 4 = 12, carry 1. 5 + 7 + 1 = 13, carry 1. 3 + 1 = 4.
-    Sum: 432. The final answer is:'"""
+    E.g. 58 + 74 -> '58 + 74: 8 + 4 = 12, carry 1. 5 + 7 + 1 = 13, carry 1. Sum: 132.
+    The final answer is:'. With ``forget_carry`` it makes the classic slip of dropping the
+    carries ('8 + 4 = 12. 5 + 7 = 12. Sum: 122.'), which the toy base partly imitates."""
     da, db = str(a)[::-1], str(b)[::-1]
-    carry, steps = 0, []
-    for i in range(max(len(da), len(db))):
+    carry, steps, digits = 0, [], []
+    columns = max(len(da), len(db))
+    for i in range(columns):
         terms = [int(d[i]) for d in (da, db) if i < len(d)] + ([carry] if carry else [])
         s = sum(terms)
-        carry = s // 10
-        step = " + ".join(map(str, terms)) + f" = {s}"
-        steps.append(step + (f", carry {carry}." if carry else "."))
-    return f"{a} + {b}: " + " ".join(steps) + f" Sum: {a + b}. {STOP_TEXT}"
+        carry = 0 if forget_carry else s // 10
+        digits.append(str(s) if i == columns - 1 else str(s % 10))
+        steps.append(" + ".join(map(str, terms)) + f" = {s}" + (f", carry {carry}." if carry else "."))
+    total = a + b if not forget_carry else int("".join(reversed(digits)))
+    return f"{a} + {b}: " + " ".join(steps) + f" Sum: {total}. {STOP_TEXT}"
 
 
 def toy_problem(rng: random.Random, pid: str, lo: int = 10, hi: int = 99) -> dict:
     a, b = rng.randint(lo, hi), rng.randint(lo, hi)
     template = rng.choice(_TEMPLATES)
     question = template.format(name=rng.choice(_NAMES), item=rng.choice(_ITEMS), a=a, b=b)
-    return {"id": pid, "question": question, "answer": str(a + b), "cot": toy_cot(a, b)}
+    return {"id": pid, "question": question, "answer": str(a + b), "cot": toy_cot(a, b), "operands": [a, b]}
 
 
 def toy_splits(train_size: int, validation_size: int, test_size: int, seed: int) -> dict[str, list[dict]]:

@@ -88,10 +88,11 @@ def _wide(df: pd.DataFrame, cols: dict, by_benchmark: bool = True) -> pd.DataFra
             rec = records.setdefault(tuple(r[k] for k in keys), {k: r[k] for k in keys})
             col = f"{r['benchmark']} {label}" if by_benchmark else label
             rec[col] = f"{r['mean']:.1f}±{r['std']:.1f}"
-            rec[f"_seeds"] = int(r["count"])
+            rec["_seeds"] = int(r["count"])
     table = _order(pd.DataFrame(records.values()))
     table.insert(1, "training", table.apply(_training_label, axis=1))
-    return table.drop(columns=["train_dataset", "train_mode"]).rename(columns={"_seeds": "seeds"})
+    table = table.drop(columns=["train_dataset", "train_mode"]).rename(columns={"_seeds": "seeds"})
+    return table[["model", "training", "seeds"] + [c for c in table.columns if c not in ("model", "training", "seeds")]]
 
 
 def _to_latex(table: pd.DataFrame, caption: str) -> str:

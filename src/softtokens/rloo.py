@@ -48,7 +48,7 @@ def rloo_loss(seq_log_probs: torch.Tensor, advantages: torch.Tensor, total_rows:
 
 
 def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
-                      vocab_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      vocab_rows: int | None = None, gaussian_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row (CoT log-prob, answer log-prob) of a recorded rollout, with gradients.
 
     One teacher-forced forward over [prompt | recorded step inputs]: hard and prefill/answer
@@ -56,7 +56,8 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     steps use the recorded noisy inputs h~ as constants. Logits at the position before step s
     give the distribution that produced step s: a token log-prob for hard CoT and answer
     steps, the Gaussian log-density of h~_s around h0_s = softmax(logits / tau) @ E for soft /
-    fuzzy CoT steps. Returns two (N,) tensors."""
+    fuzzy CoT steps. ``gaussian_scale`` multiplies the Gaussian terms (1 = the paper's
+    REINFORCE loss; 1/d weighs them per dimension, see README). Returns two (N,) tensors."""
     from softtokens.generation import ANSWER, COT, CONTINUOUS_MODES
 
     setting = rollout.setting
@@ -81,7 +82,7 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     if continuous:
         probs = torch.softmax(_float(logits) / setting.temperature, dim=-1)
         mean = probs.to(emb.weight.dtype) @ emb.weight[:rows]  # h0: (N, S, d)
-        cot_terms = gaussian_log_prob(rollout.noisy_inputs, mean, sigma)
+        cot_terms = gaussian_scale * gaussian_log_prob(rollout.noisy_inputs, mean, sigma)
     else:
         cot_terms = token_log_prob(logits, rollout.step_ids, setting.temperature)
     cot_lp = torch.where(is_cot, cot_terms, 0.0).sum(-1)

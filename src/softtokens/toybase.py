@@ -12,18 +12,25 @@ import time
 import torch
 from tqdm import tqdm
 
-from softtokens.data import PREFILL_AFTER_STOP, PROMPT_PREAMBLE, format_prompt
+from softtokens.data import PREFILL_AFTER_STOP, PROMPT_PREAMBLE, format_prompt, toy_cot
 from softtokens.modeling import build_toy_model, train_toy_tokenizer
 
 
-def _segments(row: dict) -> tuple[str, str, str, str]:
-    return format_prompt(row["question"]), row["cot"], PREFILL_AFTER_STOP, row["answer"] + "}."
+def _segments(row: dict, forget_carry: bool = False) -> tuple[str, str, str, str]:
+    """(prompt, CoT, prefill, answer) of one supervised example; a forgetful CoT ends with its
+    own (wrong) sum, as a student who made the slip would write it."""
+    if not forget_carry:
+        return format_prompt(row["question"]), row["cot"], PREFILL_AFTER_STOP, row["answer"] + "}."
+    cot = toy_cot(*row["operands"], forget_carry=True)
+    wrong = cot.rsplit("Sum: ", 1)[1].split(".", 1)[0]
+    return format_prompt(row["question"]), cot, PREFILL_AFTER_STOP, wrong + "}."
 
 
 def build_toy_base(train_rows: list[dict], hidden_size: int, num_layers: int, num_heads: int,
                    intermediate_size: int, vocab_size: int, sft_steps: int, sft_batch_size: int,
-                   sft_lr: float, seed: int, threads: int = 1):
-    """Returns (model, tokenizer, log) with the model supervised on the reference CoTs."""
+                   sft_lr: float, seed: int, forget_carry_rate: float = 0.0, threads: int = 1):
+    """Returns (model, tokenizer, log) with the model supervised on the reference CoTs, a
+    ``forget_carry_rate`` fraction of them replaced by the forgetful-carry slip."""
     torch.set_num_threads(threads)
     corpus = ["".join(_segments(r)) for r in train_rows[:2000]]
     tok = train_toy_tokenizer(corpus, vocab_size, whole_phrases=(PROMPT_PREAMBLE,))
@@ -32,8 +39,9 @@ def build_toy_base(train_rows: list[dict], hidden_size: int, num_layers: int, nu
 
     # token ids and loss mask (prompt tokens carry no loss) per training row
     encoded = []
+    slip = random.Random(seed + 1)
     for r in train_rows:
-        prompt, cot, prefill, answer = _segments(r)
+        prompt, cot, prefill, answer = _segments(r, forget_carry=slip.random() < forget_carry_rate)
         ids, labels = [], []
         for text, in_loss in ((prompt, False), (cot, True), (prefill, True), (answer, True)):
             seg = tok(text, add_special_tokens=False)["input_ids"]

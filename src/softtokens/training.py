@@ -64,6 +64,7 @@ class TrainConfig:
     micro_batch_size: int = 8
     dtype: str = "bfloat16"
     optimizer: str = "adamw"
+    gaussian_normalization: str = "sum"  # "sum": the paper's log-density; "mean_dim": divided by d
 
     @classmethod
     def from_settings(cls, settings: dict) -> "TrainConfig":
@@ -132,6 +133,7 @@ class Trainer:
         self.embedding_scale = base_scale
         self.sigma = cfg.noise_factor * base_scale["rms_coordinate"] if cfg.mode in CONTINUOUS_MODES else 0.0
         self.engine = CotEngine(self.model, self.tokenizer)
+        self.gaussian_scale = 1.0 / base_scale["dim"] if cfg.gaussian_normalization == "mean_dim" else 1.0
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                      eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
@@ -174,7 +176,7 @@ class Trainer:
         for start in range(0, n, cfg.micro_batch_size):
             idx = slice(start, min(n, start + cfg.micro_batch_size))
             cot_lp, ans_lp = rollout_log_probs(self.model, rollout.rows(idx), self.sigma, cfg.answer_temperature,
-                                               self.engine.vocab_rows)
+                                               self.engine.vocab_rows, self.gaussian_scale)
             loss = rloo_loss(cot_lp + ans_lp, adv[idx], n)
             loss.backward()
             loss_sum += loss.item()

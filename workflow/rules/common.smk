@@ -1,5 +1,7 @@
 # Helpers shared by all rules: config validation, wildcard constraints, grid -> targets.
 import json
+import shlex
+import sys
 from pathlib import Path
 
 from snakemake.utils import validate
@@ -10,6 +12,10 @@ from softtokens.config import check_config, resolved_rl
 # our check first: its messages name the key ('grids.toy.rl.steps'); then Snakemake's own
 check_config(config)
 validate(config, schema="../schemas/config.schema.yaml")
+
+# Rules run the package with the interpreter that runs Snakemake (the project's .venv), so a
+# bare `.venv/bin/snakemake` works without activating anything.
+SOFTTOKENS = f"{shlex.quote(sys.executable)} -m softtokens"
 
 GRID_NAME = config["grid"]
 GRID = config["grids"][GRID_NAME]

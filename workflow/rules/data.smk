@@ -11,4 +11,4 @@ rule prepare_data:
     benchmark:
         f"{RESULTS}/benchmarks/prepare_data/{{dataset}}.tsv"
     shell:
-        "python -m softtokens prepare-data --dataset {wildcards.dataset} --settings {params.settings:q} --out-dir {params.out_dir} > {log} 2>&1"
+        "{SOFTTOKENS} prepare-data --dataset {wildcards.dataset} --settings {params.settings:q} --out-dir {params.out_dir} > {log} 2>&1"

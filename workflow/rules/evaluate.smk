@@ -12,4 +12,4 @@ rule evaluate:
     benchmark:
         f"{RESULTS}/benchmarks/evaluate/{{model}}/{{trained}}/{{benchmark}}/{{setting}}.tsv"
     shell:
-        "python -m softtokens evaluate --settings {params.settings:q} --setting {wildcards.setting} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1"
+        "{SOFTTOKENS} evaluate --settings {params.settings:q} --setting {wildcards.setting} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1"

@@ -14,7 +14,7 @@ rule tables:
     benchmark:
         f"{RESULTS}/benchmarks/report/tables.tsv"
     shell:
-        "python -m softtokens tables --settings {params.settings:q} --out-dir {params.out_dir} {input.evals} > {log} 2>&1"
+        "{SOFTTOKENS} tables --settings {params.settings:q} --out-dir {params.out_dir} {input.evals} > {log} 2>&1"
 
 
 rule figures:
@@ -31,4 +31,4 @@ rule figures:
     benchmark:
         f"{RESULTS}/benchmarks/report/figures.tsv"
     shell:
-        "python -m softtokens figures --settings {params.settings:q} --out-dir {params.out_dir} --metrics {input.metrics} --evals {input.evals} > {log} 2>&1"
+        "{SOFTTOKENS} figures --settings {params.settings:q} --out-dir {params.out_dir} --metrics {input.metrics} --evals {input.evals} > {log} 2>&1"

@@ -9,4 +9,4 @@ rule select_checkpoint:
     benchmark:
         f"{RESULTS}/benchmarks/select/{{model}}/{{dataset}}/{{mode}}/seed{{seed}}.tsv"
     shell:
-        "python -m softtokens select --metrics {input.metrics} --checkpoints {input.checkpoints} --out {output.selected} > {log} 2>&1"
+        "{SOFTTOKENS} select --metrics {input.metrics} --checkpoints {input.checkpoints} --out {output.selected} > {log} 2>&1"

@@ -12,4 +12,4 @@ rule build_toy_base:
     benchmark:
         f"{RESULTS}/benchmarks/build_toy_base/{{model}}.tsv"
     shell:
-        "python -m softtokens build-toy-base --settings {params.settings:q} --train {input.train} --validation {input.validation} --out {output.model} --threads {threads} > {log} 2>&1"
+        "{SOFTTOKENS} build-toy-base --settings {params.settings:q} --train {input.train} --validation {input.validation} --out {output.model} --threads {threads} > {log} 2>&1"

@@ -16,4 +16,4 @@ rule train:
     benchmark:
         f"{RESULTS}/benchmarks/train/{{model}}/{{dataset}}/{{mode}}/seed{{seed}}.tsv"
     shell:
-        "python -m softtokens train --settings {params.settings:q} --base {params.base} --train {input.train} --validation {input.validation} --state-dir {params.state_dir} --checkpoints {output.checkpoints} --metrics {output.metrics} --threads {threads} > {log} 2>&1"
+        "{SOFTTOKENS} train --settings {params.settings:q} --base {params.base} --train {input.train} --validation {input.validation} --state-dir {params.state_dir} --checkpoints {output.checkpoints} --metrics {output.metrics} --threads {threads} > {log} 2>&1"

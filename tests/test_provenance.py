@@ -1,0 +1,76 @@
+import json
+
+import pytest
+
+from softtokens.provenance import Provenance, atomic_dir, atomic_path, audit, read_record, sha256_path, write_json
+from softtokens.selection import check_checkpoint, select_best
+
+
+def test_atomic_write_leaves_nothing_on_crash(tmp_path):
+    target = tmp_path / "out.json"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("crash")
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []
+    write_json(target, {"a": 1})
+    with pytest.raises(RuntimeError):
+        with atomic_dir(tmp_path / "ckpt") as d:
+            (d / "w.bin").write_text("x")
+            raise RuntimeError("crash")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_directory_hash_ignores_its_provenance(tmp_path):
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / "w.bin").write_text("weights")
+    before = sha256_path(d)
+    (d / "provenance.json").write_text("{}")
+    assert sha256_path(d) == before
+    (d / "w.bin").write_text("other")
+    assert sha256_path(d) != before
+
+
+def test_audit_follows_the_chain_and_flags_changes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"id": 1}\n')
+    Provenance("prepare_data", {"seed": 1}).write_sidecar(data)
+    result = tmp_path / "eval.json"
+    prov = Provenance("evaluate", {"setting": "hard_greedy"}, inputs={"data": data})
+    write_json(result, {"pass@1": 0.5, "provenance": prov.record()})
+    assert read_record(result)["stage"] == "evaluate"
+    table = tmp_path / "main.md"
+    table.write_text("| x |\n")
+    Provenance("tables", {}, inputs={"eval": result}).write_sidecar(table)
+
+    lines, problems = audit(table)
+    text = "\n".join(lines)
+    assert problems == 0, text
+    assert "[tables]" in text and "[evaluate]" in text and "[prepare_data]" in text
+
+    data.write_text('{"id": 2}\n')  # the data changed after the evaluation was made
+    lines, problems = audit(table)
+    assert problems == 1 and "CHANGED data.jsonl" in "\n".join(lines)
+    data.unlink()
+    lines, problems = audit(table)
+    assert problems == 1 and "MISSING data.jsonl" in "\n".join(lines)
+
+
+def test_selection_takes_best_and_earliest_on_ties(tmp_path):
+    metrics = [{"kind": "validation", "step": 0, "val_greedy_accuracy": 0.3},
+               {"kind": "train", "step": 1, "reward": 5.0},
+               {"kind": "validation", "step": 20, "val_greedy_accuracy": 0.6},
+               {"kind": "validation", "step": 40, "val_greedy_accuracy": 0.6},
+               {"kind": "validation", "step": 60, "val_greedy_accuracy": 0.5}]
+    chosen = select_best(metrics)
+    assert chosen["step"] == 20 and chosen["val_greedy_accuracy"] == 0.6
+    with pytest.raises(ValueError):
+        select_best([{"kind": "train", "step": 1}])
+    ck = tmp_path / "best"
+    ck.mkdir()
+    (ck / "trainer_state.json").write_text(json.dumps({"step": 40}))
+    with pytest.raises(ValueError, match="holds step 40"):
+        check_checkpoint(ck, 20)
