@@ -8,6 +8,11 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
+# PATH is extended with the running interpreter's bin directory (rules/common.smk)
+envvars:
+    "PATH",
+
+
 report: "workflow/report/workflow.rst"
 
 

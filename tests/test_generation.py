@@ -159,3 +159,25 @@ def test_six_settings_match_the_paper():
     assert s["soft_sample"] == CotSetting("soft", 0.5, 0.33)
     assert s["fuzzy_greedy"] == CotSetting("fuzzy", 0.0001, 0.0)
     assert s["fuzzy_sample"] == CotSetting("fuzzy", 0.0001, 0.33)
+
+
+@pytest.fixture(scope="module")
+def supervised_toy_base(toy_rows):
+    """A toy base built by the real build_toy_base, briefly supervised so its CoTs are CoT-like."""
+    from softtokens.toybase import build_toy_base
+
+    model, tok, _ = build_toy_base(toy_rows["train"], hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                                   vocab_size=200, sft_steps=150, sft_batch_size=16, sft_lr=3e-3, seed=0,
+                                   forget_carry_rate=0.5)
+    return model, tok
+
+
+def test_fuzzy_greedy_equals_hard_greedy_on_the_toy_base(supervised_toy_base, toy_rows):
+    model, tok = supervised_toy_base
+    eng = CotEngine(model, tok)
+    prompts = _prompts(toy_rows["test"], 16)
+    hard = eng.generate(prompts, INFERENCE_SETTINGS["hard_greedy"], 0.0, [0] * 16, 40, 6)
+    fuzzy = eng.generate(prompts, INFERENCE_SETTINGS["fuzzy_greedy"], 0.0, [0] * 16, 40, 6)
+    assert hard.cot_texts == fuzzy.cot_texts
+    assert hard.completions == fuzzy.completions
+    assert sum(" + " in t for t in hard.cot_texts) >= 4  # it has started to write sums

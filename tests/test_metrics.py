@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from softtokens.metrics import entropy_from_logits, entropy_profile, mean_pass_at_k, pass_at_k
+from softtokens.metrics import entropy_from_logits, entropy_profile, entropy_sums, mean_pass_at_k, pass_at_k
 
 
 def brute_force_pass_at_k(n, c, k):
@@ -40,4 +40,8 @@ def test_entropy_uniform_and_profile_ignores_pad():
     assert torch.allclose(ent, torch.full((2, 3), math.log(8)))
     ent = torch.tensor([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0]])
     valid = torch.tensor([[1, 1, 0], [1, 0, 0]])
-    assert entropy_profile(ent, valid) == [2.0, 2.0, None]
+    total, count = entropy_sums(ent, valid, width=4)
+    assert entropy_profile(total, count) == [2.0, 2.0, None, None]
+    # accumulating two batches gives the mean over all rows
+    t2, c2 = entropy_sums(torch.tensor([[5.0, 4.0, 0.0]]), torch.tensor([[1, 1, 1]]), width=4)
+    assert entropy_profile(total + t2, count + c2) == [3.0, 3.0, 0.0, None]

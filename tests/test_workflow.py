@@ -21,7 +21,9 @@ def snakemake(*args, cwd=ROOT, timeout=600):
                           timeout=timeout, env=env)
 
 
-def job_counts(text: str) -> dict:
+def job_counts(proc) -> dict:
+    """Job stats of a (dry) run; Snakemake prints them on stdout or stderr depending on the call."""
+    text = proc.stdout + proc.stderr
     counts = {}
     block = text.split("Job stats:")[-1]
     for line in block.splitlines():
@@ -34,7 +36,7 @@ def job_counts(text: str) -> dict:
 def test_toy_grid_plan(tmp_path):
     proc = snakemake("-n", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(ROOT / "config.yaml"))
     assert proc.returncode == 0, proc.stderr
-    counts = job_counts(proc.stdout)
+    counts = job_counts(proc)
     assert counts["train"] == 6 and counts["select_checkpoint"] == 6
     assert counts["evaluate"] == 7 * 6  # (base + 6 runs) x six settings
     assert counts["prepare_data"] == 1 and counts["build_toy_base"] == 1
@@ -90,7 +92,7 @@ def test_tiny_dag_end_to_end(tmp_path):
         assert stage in audit.stdout
 
     # nothing left to do; deleting one evaluation remakes it and what depends on it, nothing else
-    assert job_counts(snakemake(*args, "-n").stdout) == {}
+    assert job_counts(snakemake(*args, "-n")) == {}
     (res / "eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json").unlink()
-    counts = job_counts(snakemake(*args, "-n").stdout)
+    counts = job_counts(snakemake(*args, "-n"))
     assert counts == {"evaluate": 1, "tables": 1, "figures": 1, "all": 1, "total": 4}, counts

@@ -80,6 +80,8 @@ def cmd_train(a) -> None:
     trainer.finish(Path(a.checkpoints), Path(a.metrics))
     extra = {"embedding_scale": trainer.embedding_scale, "sigma": trainer.sigma, "best_val": trainer.best_val}
     prov.write_sidecar(a.metrics, extra=extra)
+    for name in ("best", "latest"):
+        prov.write_sidecar(Path(a.checkpoints) / name, extra=extra)
     prov.write_sidecar(a.checkpoints, extra=extra)
 
 

@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from softtokens.data import format_prompt
 from softtokens.generation import COT, INFERENCE_SETTINGS, CotEngine, is_stochastic
-from softtokens.metrics import mean_pass_at_k
+from softtokens.metrics import entropy_profile, entropy_sums, mean_pass_at_k
 from softtokens.modeling import embedding_scale, load_model, load_tokenizer, pick_device
 from softtokens.rewards import grade
 from softtokens.training import row_seed
@@ -53,12 +53,10 @@ def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: in
             if si == 0 and len(examples) < 3:
                 examples.append({"id": rows[pi]["id"], "cot": out.cot_texts[j], "completion": out.completions[j],
                                  "gold": rows[pi]["answer"], "correct": ok})
-        # entropy at each CoT position (CoT steps are the first cot_len steps of a row)
-        valid = (out.step_phase == COT).cpu()
-        ent = out.cot_entropy.cpu()
-        width = min(cot_max_tokens, ent.shape[1])
-        ent_sum[:width] += (ent[:, :width] * valid[:, :width]).sum(0)
-        ent_cnt[:width] += valid[:, :width].sum(0)
+        # entropy at each CoT position (a row's CoT steps are its first cot_len steps)
+        total, count = entropy_sums(out.cot_entropy, out.step_phase == COT, cot_max_tokens)
+        ent_sum += total
+        ent_cnt += count
 
     counts = [(n, c) for c in correct]
     return {
@@ -70,7 +68,7 @@ def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: in
         "boxed_rate": sum(boxed) / (n * len(rows)),
         "stop_rate": sum(stopped) / (n * len(rows)),
         "mean_cot_length": sum(cot_len) / len(rows),
-        "entropy_profile": [float(s / c) if c > 0 else None for s, c in zip(ent_sum.tolist(), ent_cnt.tolist())],
+        "entropy_profile": entropy_profile(ent_sum, ent_cnt),
         "entropy_count": ent_cnt.tolist(),
         "seconds": round(time.time() - start, 2),
         "examples": examples,

@@ -32,10 +32,18 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
-def entropy_profile(entropy: torch.Tensor, valid: torch.Tensor) -> list[float | None]:
+def entropy_sums(entropy: torch.Tensor, valid: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per CoT position, the sum of entropies over valid (non-pad CoT) rows and their count, so
+    batches can be accumulated. entropy, valid: (N, T); the result is cut or padded to width."""
+    valid = valid.to(torch.float32)
+    total, count = torch.zeros(width), torch.zeros(width)
+    w = min(width, entropy.shape[1])
+    total[:w] = (entropy[:, :w].float().cpu() * valid[:, :w].cpu()).sum(0)
+    count[:w] = valid[:, :w].cpu().sum(0)
+    return total, count
+
+
+def entropy_profile(total: torch.Tensor, count: torch.Tensor) -> list[float | None]:
     """Mean entropy at each CoT position over all generations, non-pad positions only
-    (paper, Appendix entropy analysis). entropy, valid: (N, T). None where no row is valid."""
-    valid = valid.to(entropy.dtype)
-    total = (entropy * valid).sum(0)
-    count = valid.sum(0)
+    (paper, Appendix entropy analysis). None where no generation reached that position."""
     return [float(t / c) if c > 0 else None for t, c in zip(total.tolist(), count.tolist())]

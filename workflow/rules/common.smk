@@ -1,6 +1,6 @@
 # Helpers shared by all rules: config validation, wildcard constraints, grid -> targets.
 import json
-import shlex
+import os
 import sys
 from pathlib import Path
 
@@ -13,9 +13,10 @@ from softtokens.config import check_config, resolved_rl
 check_config(config)
 validate(config, schema="../schemas/config.schema.yaml")
 
-# Rules run the package with the interpreter that runs Snakemake (the project's .venv), so a
-# bare `.venv/bin/snakemake` works without activating anything.
-SOFTTOKENS = f"{shlex.quote(sys.executable)} -m softtokens"
+# Jobs run `python -m softtokens`; put the interpreter that runs Snakemake (the project's
+# .venv) first on PATH so a bare `.venv/bin/snakemake` works without activating anything.
+# (With --software-deployment-method conda, the rule's conda env comes first instead.)
+os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 GRID_NAME = config["grid"]
 GRID = config["grids"][GRID_NAME]
@@ -87,8 +88,14 @@ def report_targets():
     return [f"{RESULTS}/tables/main.md", *settings_table_targets(), *figure_targets()]
 
 
+def selected_targets():
+    return [f"{run_dir(*r)}/selected.json" for r in training_runs()]
+
+
 def all_targets():
-    return report_targets()
+    """Every cell of the layout, so a deleted evaluation or selection is remade (with what
+    depends on it) by a plain `snakemake`, not only the tables that summarise it."""
+    return [*selected_targets(), *eval_targets(), *report_targets()]
 
 
 # ---------------------------------------------------------------- per-rule inputs and params
@@ -144,3 +151,8 @@ def report_settings(wildcards):
 
 def base_model_arg(wildcards):
     return model_source(wildcards.model)
+
+
+def output_parent(wildcards, output):
+    """The directory of a rule's first output (tables/, figures/)."""
+    return str(Path(output[0]).parent)

@@ -6,9 +6,11 @@ rule prepare_data:
     params:
         settings=dataset_settings,
         out_dir=f"{RESULTS}/data/{{dataset}}",
+    conda:
+        "../../envs/softtokens.yaml"
     log:
         f"{RESULTS}/logs/prepare_data/{{dataset}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/prepare_data/{{dataset}}.tsv"
     shell:
-        "{SOFTTOKENS} prepare-data --dataset {wildcards.dataset} --settings {params.settings:q} --out-dir {params.out_dir} > {log} 2>&1"
+        "python -m softtokens prepare-data --dataset {wildcards.dataset} --settings {params.settings:q} --out-dir {params.out_dir} > {log} 2>&1"

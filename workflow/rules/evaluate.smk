@@ -7,9 +7,11 @@ rule evaluate:
     params:
         settings=eval_settings,
         model_arg=eval_model_arg,
+    conda:
+        "../../envs/softtokens.yaml"
     log:
         f"{RESULTS}/logs/evaluate/{{model}}/{{trained}}/{{benchmark}}/{{setting}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/evaluate/{{model}}/{{trained}}/{{benchmark}}/{{setting}}.tsv"
     shell:
-        "{SOFTTOKENS} evaluate --settings {params.settings:q} --setting {wildcards.setting} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1"
+        "python -m softtokens evaluate --settings {params.settings:q} --setting {wildcards.setting} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1"

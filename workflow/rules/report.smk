@@ -8,13 +8,15 @@ rule tables:
         settings=settings_table_targets(),
     params:
         settings=report_settings,
-        out_dir=f"{RESULTS}/tables",
+        out_dir=output_parent,
+    conda:
+        "../../envs/softtokens.yaml"
     log:
         f"{RESULTS}/logs/report/tables.log",
     benchmark:
         f"{RESULTS}/benchmarks/report/tables.tsv"
     shell:
-        "{SOFTTOKENS} tables --settings {params.settings:q} --out-dir {params.out_dir} {input.evals} > {log} 2>&1"
+        "python -m softtokens tables --settings {params.settings:q} --out-dir {params.out_dir} {input.evals} > {log} 2>&1"
 
 
 rule figures:
@@ -25,10 +27,12 @@ rule figures:
         figures=[report(f, category="Figures") for f in figure_targets()],
     params:
         settings=report_settings,
-        out_dir=f"{RESULTS}/figures",
+        out_dir=output_parent,
+    conda:
+        "../../envs/softtokens.yaml"
     log:
         f"{RESULTS}/logs/report/figures.log",
     benchmark:
         f"{RESULTS}/benchmarks/report/figures.tsv"
     shell:
-        "{SOFTTOKENS} figures --settings {params.settings:q} --out-dir {params.out_dir} --metrics {input.metrics} --evals {input.evals} > {log} 2>&1"
+        "python -m softtokens figures --settings {params.settings:q} --out-dir {params.out_dir} --metrics {input.metrics} --evals {input.evals} > {log} 2>&1"

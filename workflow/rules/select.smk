@@ -4,9 +4,11 @@ rule select_checkpoint:
         checkpoints=f"{RESULTS}/runs/{{model}}/{{dataset}}/{{mode}}/seed{{seed}}/checkpoints",
     output:
         selected=f"{RESULTS}/runs/{{model}}/{{dataset}}/{{mode}}/seed{{seed}}/selected.json",
+    conda:
+        "../../envs/softtokens.yaml"
     log:
         f"{RESULTS}/logs/select/{{model}}/{{dataset}}/{{mode}}/seed{{seed}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/select/{{model}}/{{dataset}}/{{mode}}/seed{{seed}}.tsv"
     shell:
-        "{SOFTTOKENS} select --metrics {input.metrics} --checkpoints {input.checkpoints} --out {output.selected} > {log} 2>&1"
+        "python -m softtokens select --metrics {input.metrics} --checkpoints {input.checkpoints} --out {output.selected} > {log} 2>&1"

@@ -7,9 +7,11 @@ rule build_toy_base:
     params:
         settings=toy_base_settings,
     threads: 2
+    conda:
+        "../../envs/softtokens.yaml"
     log:
         f"{RESULTS}/logs/build_toy_base/{{model}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/build_toy_base/{{model}}.tsv"
     shell:
-        "{SOFTTOKENS} build-toy-base --settings {params.settings:q} --train {input.train} --validation {input.validation} --out {output.model} --threads {threads} > {log} 2>&1"
+        "python -m softtokens build-toy-base --settings {params.settings:q} --train {input.train} --validation {input.validation} --out {output.model} --threads {threads} > {log} 2>&1"

@@ -11,9 +11,11 @@ rule train:
         base=base_model_arg,
         # resume state: not a declared output, so Snakemake keeps it when a job fails
         state_dir=f"{RESULTS}/runs/{{model}}/{{dataset}}/{{mode}}/seed{{seed}}/_resume",
+    conda:
+        "../../envs/softtokens.yaml"
     log:
         f"{RESULTS}/logs/train/{{model}}/{{dataset}}/{{mode}}/seed{{seed}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{{model}}/{{dataset}}/{{mode}}/seed{{seed}}.tsv"
     shell:
-        "{SOFTTOKENS} train --settings {params.settings:q} --base {params.base} --train {input.train} --validation {input.validation} --state-dir {params.state_dir} --checkpoints {output.checkpoints} --metrics {output.metrics} --threads {threads} > {log} 2>&1"
+        "python -m softtokens train --settings {params.settings:q} --base {params.base} --train {input.train} --validation {input.validation} --state-dir {params.state_dir} --checkpoints {output.checkpoints} --metrics {output.metrics} --threads {threads} > {log} 2>&1"
