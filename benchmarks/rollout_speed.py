@@ -43,7 +43,7 @@ def main():
                                                    num_key_value_heads=4, tie_word_embeddings=True)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id,
-                                         eos_token_id=-1, **arch)).to(DTYPES[a.dtype]).to(dev).eval()
+                                         eos_token_id=None, **arch)).to(DTYPES[a.dtype]).to(dev).eval()
     model.generation_config.eos_token_id = None
     prompts = [format_prompt(r["question"]) for r in rows["test"]][: a.batch]
     engine = CotEngine(model, tok)

@@ -194,6 +194,6 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
                              alpha=0.7, ax=ax, hue_order=[m for m in MODE_ORDER if m in set(s.train_mode)],
                              legend=ax is axes[0][0])
                 ax.set(title=setting.replace("_", " "), xlabel="CoT position", ylabel="entropy (nats)")
-            fig.suptitle(f"CoT entropy of {model} on {bench} (training: none = base model)")
+            fig.suptitle(f"CoT entropy of {model} on {bench} (training: none = base model)", y=1.04)
             _save_fig(fig, out_dir / f"entropy_{model}_{bench}.png", prov)
             plt.close(fig)
