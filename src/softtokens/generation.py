@@ -102,10 +102,6 @@ class Rollout:
     completions: list[str]              # text after the CoT: prefill + answer
     cot_texts: list[str]
 
-    @property
-    def continuous(self) -> bool:
-        return self.setting.mode in CONTINUOUS_MODES
-
     def rows(self, idx: slice | torch.Tensor) -> "Rollout":
         """A sub-batch (for micro-batched updates)."""
         pick = (lambda t: None if t is None else t[idx])
@@ -193,22 +189,26 @@ class CotEngine:
             is_cot = phase_t == COT
             cot_idx = torch.tensor(cot_pos, device=dev).clamp(max=cot_max_tokens - 1)
             ans_idx = torch.tensor(ans_pos, device=dev).clamp(max=answer_max_tokens - 1)
-            if continuous:
+            any_cot, any_answer = COT in phase, ANSWER in phase  # skip work no row needs
+            tok = forced
+            if any_answer:
+                ans_tok = sample_tokens(logits, answer_temperature, u_ans[rows, ans_idx])
+                tok = torch.where(phase_t == ANSWER, ans_tok, tok)
+            if any_cot and continuous:
                 mix = probs_at_temperature(logits, setting.temperature).to(E.dtype) @ E  # (N, d)
                 if noisy_cot:
                     mix = (mix.float() + sigma * eps[rows, cot_idx]).to(E.dtype)
-                cot_tok = logits.argmax(-1)
-            else:
-                cot_tok = sample_tokens(logits, setting.temperature, u_cot[rows, cot_idx])
-            ans_tok = sample_tokens(logits, answer_temperature, u_ans[rows, ans_idx])
-            tok = torch.where(is_cot, cot_tok, torch.where(phase_t == ANSWER, ans_tok, forced))
+                tok = torch.where(is_cot, logits.argmax(-1), tok)
+            elif any_cot:
+                tok = torch.where(is_cot, sample_tokens(logits, setting.temperature, u_cot[rows, cot_idx]), tok)
             x = model.get_input_embeddings()(tok)
-            if continuous:
+            if any_cot and continuous:
                 x = torch.where(is_cot.unsqueeze(-1), mix, x)
                 noisy_inputs[:, s] = torch.where(is_cot.unsqueeze(-1), mix, 0)
             step_ids[:, s] = tok
             step_phase[:, s] = phase_t
-            cot_entropy[:, s] = torch.where(is_cot, entropy_from_logits(logits), 0.0)
+            if any_cot:
+                cot_entropy[:, s] = torch.where(is_cot, entropy_from_logits(logits), 0.0)
             used = s + 1
 
             forced_next = [self.pad_id] * n

@@ -77,12 +77,14 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     rows = vocab_rows or out.logits.shape[-1]
     logits = out.logits[:, :-1, :rows]  # (N, S, V): logits[:, s] produced step s
 
-    answer_lp = token_log_prob(logits, rollout.step_ids, answer_temperature)
-    answer_lp = torch.where(is_answer, answer_lp, 0.0).sum(-1)
+    answer_terms = token_log_prob(logits, rollout.step_ids, answer_temperature)
+    answer_lp = torch.where(is_answer, answer_terms, 0.0).sum(-1)
     if continuous:
         probs = torch.softmax(_float(logits) / setting.temperature, dim=-1)
         mean = probs.to(emb.weight.dtype) @ emb.weight[:rows]  # h0: (N, S, d)
         cot_terms = gaussian_scale * gaussian_log_prob(rollout.noisy_inputs, mean, sigma)
+    elif setting.temperature == answer_temperature:
+        cot_terms = answer_terms  # same distribution: one log-softmax over (N, S, V), not two
     else:
         cot_terms = token_log_prob(logits, rollout.step_ids, setting.temperature)
     cot_lp = torch.where(is_cot, cot_terms, 0.0).sum(-1)
