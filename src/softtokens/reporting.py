@@ -174,6 +174,31 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
         _save_fig(fig, out_dir / f"training_{model}_{dataset}.png", prov)
         plt.close(fig)
 
+    curves = []
+    for p in eval_paths:
+        res = json.loads(p.read_text())
+        if res["n_samples"] > 1:
+            keys = parse_eval_path(p)
+            curves += [{**keys, "k": int(k), "pass@k (%)": 100 * v} for k, v in res["pass@k"].items()]
+    passk = pd.DataFrame(curves)
+    if not passk.empty:
+        for (model, bench), sub in passk.groupby(["model", "benchmark"]):
+            settings_present = [s for s in SETTING_ORDER if s in set(sub.setting)]
+            fig, axes = plt.subplots(1, len(settings_present), figsize=(3.6 * len(settings_present), 3.2),
+                                     sharey=True, squeeze=False)
+            for ax, setting in zip(axes[0], settings_present):
+                s = sub[sub.setting == setting]
+                sns.lineplot(s, x="k", y="pass@k (%)", hue="train_mode", marker="o", ax=ax, errorbar="sd",
+                             hue_order=[m for m in MODE_ORDER if m in set(s.train_mode)], legend=ax is axes[0][0])
+                ks = sorted(s.k.unique())
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(ks, [str(k) for k in ks])
+                ax.minorticks_off()
+                ax.set(title=setting.replace("_", " "), xlabel="k")
+            fig.suptitle(f"pass@k of {model} on {bench} (mean ± sd over seeds; none = base model)", y=1.04)
+            _save_fig(fig, out_dir / f"passk_{model}_{bench}.png", prov)
+            plt.close(fig)
+
     evals = []
     for p in eval_paths:
         res = json.loads(p.read_text())

@@ -81,6 +81,8 @@ def figure_targets():
     figs = [f"{RESULTS}/figures/training_{m}_{d}.png" for m, d in pairs]
     models = sorted({m for m, _ in evaluated_models()})
     figs += [f"{RESULTS}/figures/entropy_{m}_{b}.png" for m in models for b in EVAL["benchmarks"]]
+    if any(s.endswith("_sample") for s in EVAL["settings"]):
+        figs += [f"{RESULTS}/figures/passk_{m}_{b}.png" for m in models for b in EVAL["benchmarks"]]
     return figs
 
 
