@@ -15,10 +15,10 @@ import torch
 
 from softtokens.data import format_prompt, toy_splits
 from softtokens.modeling import embedding_scale, load_model, load_tokenizer
-from softtokens.generation import CotEngine
-from softtokens.rewards import grade
+from softtokens.generation import CotEngine, row_seed
+from softtokens.rewards import grade, reward_of_grade
 from softtokens.rloo import rloo_advantages, rloo_loss, rollout_log_probs
-from softtokens.training import TrainConfig, row_seed
+from softtokens.training import TrainConfig
 
 
 def grads(model, rollout, adv, sigma, which):
@@ -49,8 +49,7 @@ def main(model_dir, k=8, b=8, g=8):
         for i in range(k):
             r = engine.generate(prompts, cfg.cot_setting, sigma, [row_seed(99, i, j) for j in range(len(prompts))],
                                 80, 8, answer_temperature=1.0)
-            rewards = torch.tensor([100.0 if ok else 10.0 if bx else 0.0 for bx, ok in
-                                    (grade(c, y) for c, y in zip(r.completions, golds))])
+            rewards = torch.tensor([reward_of_grade(*grade(c, y)) for c, y in zip(r.completions, golds)])
             adv = rloo_advantages(rewards.view(b, g)).flatten()
             for which in ("cot", "answer"):
                 ge, gr = grads(model, r, adv, sigma, which)

@@ -14,9 +14,10 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from softtokens.data import PREFILL_AFTER_STOP, PROMPT_PREAMBLE, format_prompt, toy_splits
+from softtokens.data import format_prompt, toy_splits
 from softtokens.generation import INFERENCE_SETTINGS, CotEngine
-from softtokens.modeling import DTYPES, train_toy_tokenizer
+from softtokens.modeling import DTYPES
+from softtokens.toybase import build_toy_tokenizer
 
 PRESETS = {  # architecture of meta-llama/Llama-3.2-3B (config.json), random weights
     "llama-3.2-3b": dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
@@ -36,8 +37,7 @@ def main():
     a = ap.parse_args()
     torch.manual_seed(0)
     rows = toy_splits(200, 1, a.batch, seed=0)
-    corpus = [format_prompt(r["question"]) + r["cot"] + PREFILL_AFTER_STOP + r["answer"] for r in rows["train"]]
-    tok = train_toy_tokenizer(corpus, 384, whole_phrases=(PROMPT_PREAMBLE,))
+    tok = build_toy_tokenizer(rows["train"], 384)
     arch = PRESETS[a.preset] if a.preset else dict(hidden_size=a.hidden, intermediate_size=3 * a.hidden,
                                                    num_hidden_layers=a.layers, num_attention_heads=4,
                                                    num_key_value_heads=4, tie_word_embeddings=True)

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from softtokens.data import PREFILL_AFTER_STOP, PROMPT_PREAMBLE, format_prompt, toy_splits
-from softtokens.modeling import build_toy_model, train_toy_tokenizer
+from softtokens.data import toy_splits
+from softtokens.modeling import build_toy_model
+from softtokens.toybase import build_toy_tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -14,8 +15,7 @@ def toy_rows():
 
 @pytest.fixture(scope="session")
 def toy_tokenizer(toy_rows):
-    corpus = [format_prompt(r["question"]) + r["cot"] + PREFILL_AFTER_STOP + r["answer"] + "}." for r in toy_rows["train"]]
-    return train_toy_tokenizer(corpus, 200, whole_phrases=(PROMPT_PREAMBLE,))
+    return build_toy_tokenizer(toy_rows["train"], 200)
 
 
 def make_tiny_model(tokenizer, dtype=torch.float32, seed=0, hidden=32, layers=2):

@@ -42,3 +42,10 @@ def test_forgetful_cot_drops_every_carry():
     assert toy_cot(58, 74, forget_carry=True) == "58 + 74: 8 + 4 = 12. 5 + 7 = 12. Sum: 122. " + STOP_TEXT
     # without a carry the slip changes nothing
     assert toy_cot(51, 23, forget_carry=True) == toy_cot(51, 23)
+
+
+def test_toy_sum_is_what_the_cot_writes():
+    from softtokens.data import toy_sum
+
+    assert toy_sum(58, 74) == 132 and toy_sum(58, 74, forget_carry=True) == 122
+    assert toy_sum(99, 99, forget_carry=True) == 188 and toy_sum(51, 23, forget_carry=True) == 74

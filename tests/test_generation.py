@@ -11,7 +11,6 @@ from softtokens.generation import (ANSWER, COT, DONE, INFERENCE_SETTINGS, PREFIL
                                    ends_with_stop, probs_at_temperature)
 from softtokens.rewards import reward
 
-from conftest import make_tiny_model
 
 
 class ScriptedModel(torch.nn.Module):

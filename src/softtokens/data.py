@@ -75,6 +75,16 @@ def toy_cot(a: int, b: int, forget_carry: bool = False) -> str:
     E.g. 58 + 74 -> '58 + 74: 8 + 4 = 12, carry 1. 5 + 7 + 1 = 13, carry 1. Sum: 132.
     The final answer is:'. With ``forget_carry`` it makes the classic slip of dropping the
     carries ('8 + 4 = 12. 5 + 7 = 12. Sum: 122.'), which the toy base partly imitates."""
+    steps, total = _columns(a, b, forget_carry)
+    return f"{a} + {b}: " + " ".join(steps) + f" Sum: {total}. {STOP_TEXT}"
+
+
+def toy_sum(a: int, b: int, forget_carry: bool = False) -> int:
+    """The sum that toy_cot writes: a + b, or the slip's wrong sum."""
+    return _columns(a, b, forget_carry)[1]
+
+
+def _columns(a: int, b: int, forget_carry: bool) -> tuple[list[str], int]:
     da, db = str(a)[::-1], str(b)[::-1]
     carry, steps, digits = 0, [], []
     columns = max(len(da), len(db))
@@ -84,8 +94,7 @@ def toy_cot(a: int, b: int, forget_carry: bool = False) -> str:
         carry = 0 if forget_carry else s // 10
         digits.append(str(s) if i == columns - 1 else str(s % 10))
         steps.append(" + ".join(map(str, terms)) + f" = {s}" + (f", carry {carry}." if carry else "."))
-    total = a + b if not forget_carry else int("".join(reversed(digits)))
-    return f"{a} + {b}: " + " ".join(steps) + f" Sum: {total}. {STOP_TEXT}"
+    return steps, int("".join(reversed(digits)))
 
 
 def toy_problem(rng: random.Random, pid: str, lo: int = 10, hi: int = 99) -> dict:

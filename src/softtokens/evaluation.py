@@ -10,11 +10,10 @@ import torch
 from tqdm import tqdm
 
 from softtokens.data import format_prompt
-from softtokens.generation import COT, INFERENCE_SETTINGS, CotEngine, is_stochastic
+from softtokens.generation import COT, INFERENCE_SETTINGS, CotEngine, is_stochastic, row_seed
 from softtokens.metrics import entropy_profile, entropy_sums, mean_pass_at_k
 from softtokens.modeling import embedding_scale, load_model, load_tokenizer, pick_device
 from softtokens.rewards import grade
-from softtokens.training import row_seed
 
 
 def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: int, cot_max_tokens: int,

@@ -25,6 +25,7 @@ model writes "is:" without a lone space token. The prefill " \\boxed{" then yiel
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -54,6 +55,12 @@ INFERENCE_SETTINGS: dict[str, CotSetting] = {
     "fuzzy_greedy": CotSetting("fuzzy", 0.0001, 0.0),
     "fuzzy_sample": CotSetting("fuzzy", 0.0001, 0.33),
 }
+
+
+def row_seed(*parts: int) -> int:
+    """A stable 63-bit seed for one rollout row from (run seed, step, prompt, sample)."""
+    digest = hashlib.sha256(",".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def ends_with_stop(text: str) -> bool:
@@ -187,11 +194,11 @@ class CotEngine:
         for s in range(max_steps):
             phase_t = torch.tensor(phase, dtype=torch.int8, device=dev)
             is_cot = phase_t == COT
-            cot_idx = torch.tensor(cot_pos, device=dev).clamp(max=cot_max_tokens - 1)
-            ans_idx = torch.tensor(ans_pos, device=dev).clamp(max=answer_max_tokens - 1)
             any_cot, any_answer = COT in phase, ANSWER in phase  # skip work no row needs
+            cot_idx = torch.tensor(cot_pos, device=dev).clamp(max=cot_max_tokens - 1) if any_cot else None
             tok = forced
             if any_answer:
+                ans_idx = torch.tensor(ans_pos, device=dev).clamp(max=answer_max_tokens - 1)
                 ans_tok = sample_tokens(logits, answer_temperature, u_ans[rows, ans_idx])
                 tok = torch.where(phase_t == ANSWER, ans_tok, tok)
             if any_cot and continuous:

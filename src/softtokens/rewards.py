@@ -38,10 +38,15 @@ def grade(completion: str, gold: str) -> tuple[bool, bool]:
     return True, bool(verify(_parse_gold(gold), pred))
 
 
-def reward(completion: str, gold: str, correct: float = REWARD_CORRECT,
-           boxed_wrong: float = REWARD_BOXED_WRONG, no_box: float = REWARD_NO_BOX) -> float:
-    """Reward of ``completion`` (the text after the CoT, e.g. ``" \\boxed{72}."``) against gold."""
-    boxed, ok = grade(completion, gold)
+def reward_of_grade(boxed: bool, ok: bool, correct: float = REWARD_CORRECT,
+                    boxed_wrong: float = REWARD_BOXED_WRONG, no_box: float = REWARD_NO_BOX) -> float:
+    """The paper's reward table applied to a ``grade`` result."""
     if ok:
         return correct
     return boxed_wrong if boxed else no_box
+
+
+def reward(completion: str, gold: str, correct: float = REWARD_CORRECT,
+           boxed_wrong: float = REWARD_BOXED_WRONG, no_box: float = REWARD_NO_BOX) -> float:
+    """Reward of ``completion`` (the text after the CoT, e.g. ``" \\boxed{72}."``) against gold."""
+    return reward_of_grade(*grade(completion, gold), correct=correct, boxed_wrong=boxed_wrong, no_box=no_box)

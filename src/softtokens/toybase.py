@@ -12,7 +12,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from softtokens.data import PREFILL_AFTER_STOP, PROMPT_PREAMBLE, format_prompt, toy_cot
+from softtokens.data import PREFILL_AFTER_STOP, PROMPT_PREAMBLE, format_prompt, toy_cot, toy_sum
 from softtokens.modeling import build_toy_model, train_toy_tokenizer
 
 
@@ -21,9 +21,14 @@ def _segments(row: dict, forget_carry: bool = False) -> tuple[str, str, str, str
     own (wrong) sum, as a student who made the slip would write it."""
     if not forget_carry:
         return format_prompt(row["question"]), row["cot"], PREFILL_AFTER_STOP, row["answer"] + "}."
-    cot = toy_cot(*row["operands"], forget_carry=True)
-    wrong = cot.rsplit("Sum: ", 1)[1].split(".", 1)[0]
-    return format_prompt(row["question"]), cot, PREFILL_AFTER_STOP, wrong + "}."
+    a, b = row["operands"]
+    return format_prompt(row["question"]), toy_cot(a, b, True), PREFILL_AFTER_STOP, f"{toy_sum(a, b, True)}}}."
+
+
+def build_toy_tokenizer(rows: list[dict], vocab_size: int):
+    """The toy BPE tokenizer, trained on (up to 2000) reference examples as the engine reads them."""
+    return train_toy_tokenizer(["".join(_segments(r)) for r in rows[:2000]], vocab_size,
+                               whole_phrases=(PROMPT_PREAMBLE,))
 
 
 def build_toy_base(train_rows: list[dict], hidden_size: int, num_layers: int, num_heads: int,
@@ -32,8 +37,7 @@ def build_toy_base(train_rows: list[dict], hidden_size: int, num_layers: int, nu
     """Returns (model, tokenizer, log) with the model supervised on the reference CoTs, a
     ``forget_carry_rate`` fraction of them replaced by the forgetful-carry slip."""
     torch.set_num_threads(threads)
-    corpus = ["".join(_segments(r)) for r in train_rows[:2000]]
-    tok = train_toy_tokenizer(corpus, vocab_size, whole_phrases=(PROMPT_PREAMBLE,))
+    tok = build_toy_tokenizer(train_rows, vocab_size)
     model = build_toy_model(len(tok), hidden_size, num_layers, num_heads, intermediate_size,
                             tok.pad_token_id, tok.eos_token_id, tok.bos_token_id, seed)
 

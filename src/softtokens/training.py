@@ -12,7 +12,6 @@ moved into the declared ``checkpoints/`` directory and the state directory is re
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
@@ -25,10 +24,10 @@ import torch
 from tqdm import tqdm
 
 from softtokens.data import format_prompt
-from softtokens.generation import CONTINUOUS_MODES, CotEngine, CotSetting
-from softtokens.modeling import embedding_scale, load_model, load_tokenizer, pick_device
+from softtokens.generation import CotEngine, CotSetting, row_seed
+from softtokens.modeling import EmbeddingScale, embedding_scale, load_model, load_tokenizer, pick_device
 from softtokens.provenance import atomic_dir, write_jsonl
-from softtokens.rewards import grade
+from softtokens.rewards import grade, reward_of_grade
 from softtokens.rloo import rloo_advantages, rloo_loss, rollout_log_probs
 
 
@@ -86,11 +85,6 @@ class TrainConfig:
         return CotSetting("hard", 0.0, 0.0) if s.mode == "hard" else CotSetting(s.mode, s.temperature, 0.0)
 
 
-def row_seed(*parts: int) -> int:
-    """A stable 63-bit seed for one rollout row from (run seed, step, prompt, sample)."""
-    digest = hashlib.sha256(",".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
-
 
 def lr_lambda(cfg: TrainConfig):
     def f(step: int) -> float:
@@ -128,12 +122,12 @@ class Trainer:
         source = latest if (latest / "trainer_state.json").exists() else base_model
         self.model = load_model(source, cfg.dtype, self.device)
         # sigma is fixed for the run from the base model's embeddings (recorded in metrics)
-        base_scale = json.loads((latest / "trainer_state.json").read_text())["embedding_scale"] \
-            if source == latest else embedding_scale(self.model, len(self.tokenizer)).as_dict()
-        self.embedding_scale = base_scale
-        self.sigma = cfg.noise_factor * base_scale["rms_coordinate"] if cfg.mode in CONTINUOUS_MODES else 0.0
+        scale = EmbeddingScale(**json.loads((latest / "trainer_state.json").read_text())["embedding_scale"]) \
+            if source == latest else embedding_scale(self.model, len(self.tokenizer))
+        self.embedding_scale = scale.as_dict()
+        self.sigma = scale.sigma(cfg.cot_setting.noise_factor)  # 0 for hard runs
         self.engine = CotEngine(self.model, self.tokenizer)
-        self.gaussian_scale = 1.0 / base_scale["dim"] if cfg.gaussian_normalization == "mean_dim" else 1.0
+        self.gaussian_scale = 1.0 / scale.dim if cfg.gaussian_normalization == "mean_dim" else 1.0
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                      eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
@@ -165,7 +159,7 @@ class Trainer:
         t1 = time.time()
         golds = [p["answer"] for p in problems for _ in range(cfg.samples_per_prompt)]
         graded = [grade(c, g) for c, g in zip(rollout.completions, golds)]
-        rewards = torch.tensor([cfg.reward_correct if ok else cfg.reward_boxed_wrong if boxed else cfg.reward_no_box
+        rewards = torch.tensor([reward_of_grade(boxed, ok, cfg.reward_correct, cfg.reward_boxed_wrong, cfg.reward_no_box)
                                 for boxed, ok in graded], device=self.device)
         adv = rloo_advantages(rewards.view(cfg.prompts_per_step, cfg.samples_per_prompt)).flatten()
         t2 = time.time()
