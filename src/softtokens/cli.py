@@ -25,16 +25,25 @@ def cmd_prepare_data(a) -> None:
     from softtokens.provenance import Provenance, write_jsonl
 
     s = _settings(a.settings)
-    prov = Provenance("prepare_data", s, seeds={"seed": s.get("seed")})
-    splits, external = prepare(a.dataset, s)
-    for ref in external:
-        prov.add_external("source", ref)
+    splits = tuple(a.splits.split(","))
+    prov = Provenance("prepare_data", {**s, "splits": list(splits)}, seeds={"seed": s.get("seed")})
+    prepared, reports = prepare(a.dataset, s, splits)
+    for split, report in reports.items():
+        local = report["reference"].split("[")[0]
+        if s.get("path") and Path(local).exists():
+            prov.add_input(f"source_{split}", local)
+        else:
+            prov.add_external(f"source_{split}", report["reference"])
     out = Path(a.out_dir)
-    for split, rows in splits.items():
+    for split, rows in prepared.items():
         path = out / f"{split}.jsonl"
         write_jsonl(path, rows)
-        prov.write_sidecar(path, extra={"rows": len(rows), "split": split})
-    print(json.dumps({k: len(v) for k, v in splits.items()}))
+        prov.write_sidecar(path, extra={"rows": len(rows), "split": split, "source_reports": reports})
+    for split, report in reports.items():
+        dropped = ", ".join(f"{n} {why}" for why, n in report["dropped"].items()) or "none"
+        print(f"{a.dataset} {split}: read {report['read']} rows from {report['reference']}, kept {report['kept']}, "
+              f"dropped {sum(report['dropped'].values())} ({dropped})")
+    print(json.dumps({k: len(v) for k, v in prepared.items()}))
 
 
 def cmd_build_toy_base(a) -> None:
@@ -105,12 +114,7 @@ def cmd_evaluate(a) -> None:
     from softtokens.provenance import Provenance, write_json
 
     s = _settings(a.settings)
-    if a.selected:
-        model_path = json.loads(Path(a.selected).read_text())["checkpoint"]
-        inputs = {"selected": a.selected, "checkpoint": model_path}
-    else:
-        model_path = a.model
-        inputs = {"base_model": a.model} if Path(a.model).exists() else {}
+    model_path, inputs = _model_to_evaluate(a)
     prov = Provenance("evaluate", {**s, "setting": a.setting}, inputs={**inputs, "data": a.data},
                       seeds={"seed": s.get("seed", 0)})
     if not inputs:
@@ -121,6 +125,31 @@ def cmd_evaluate(a) -> None:
     write_json(a.out, {**result, "provenance": prov.record()})
     print(f"{a.setting}: pass@1 {result['pass@1']:.3f}, pass@{result['n_samples']} "
           f"{result['pass@k'][str(result['n_samples'])]:.3f} ({result['seconds']} s)")
+
+
+def _model_to_evaluate(a) -> tuple[str, dict]:
+    """The model path and the provenance inputs of a --model / --selected pair of arguments."""
+    if a.selected:
+        model_path = json.loads(Path(a.selected).read_text())["checkpoint"]
+        return model_path, {"selected": a.selected, "checkpoint": model_path}
+    return a.model, ({"base_model": a.model} if Path(a.model).exists() else {})
+
+
+def cmd_evaluate_loglik(a) -> None:
+    from softtokens.data import read_jsonl
+    from softtokens.loglik import evaluate_loglik
+    from softtokens.provenance import Provenance, write_json
+
+    s = _settings(a.settings)
+    model_path, inputs = _model_to_evaluate(a)
+    prov = Provenance("evaluate_loglik", s, inputs={**inputs, "data": a.data})
+    if not inputs:
+        prov.add_external("base_model", model_path)
+    rows = read_jsonl(a.data, required=("id", "context", "choices", "label"))
+    result = evaluate_loglik(model_path, rows, s.get("batch_size", 32), s.get("dtype", "float32"), a.threads)
+    write_json(a.out, {**result, "provenance": prov.record()})
+    print(f"accuracy {result['accuracy']:.4f}, accuracy_norm {result['accuracy_norm']:.4f}, "
+          f"NLL of the correct answer {result['nll_correct']:.3f} nats/token ({result['seconds']} s)")
 
 
 def cmd_tables(a) -> None:
@@ -153,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dataset", required=True)
     c.add_argument("--settings", required=True)
     c.add_argument("--out-dir", required=True)
+    c.add_argument("--splits", default="train,validation,test",
+                   help="comma-separated: train,validation (a training set) and/or test (a benchmark)")
     c.set_defaults(func=cmd_prepare_data)
 
     c = sub.add_parser("build-toy-base", help="tokenizer + tiny Llama + supervised CoTs")
@@ -182,6 +213,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--selected", help="selected.json of a trained run")
     c.add_argument("--threads", type=int, default=1)
     c.set_defaults(func=cmd_evaluate)
+
+    c = sub.add_parser("evaluate-loglik", help="one model x multiple-choice benchmark: accuracy and NLL")
+    c.add_argument("--settings", required=True)
+    c.add_argument("--data", required=True)
+    c.add_argument("--out", required=True)
+    g = c.add_mutually_exclusive_group(required=True)
+    g.add_argument("--model", help="base model: hub id or local directory")
+    g.add_argument("--selected", help="selected.json of a trained run")
+    c.add_argument("--threads", type=int, default=1)
+    c.set_defaults(func=cmd_evaluate_loglik)
 
     c = sub.add_parser("tables", help="tables of mean ± std over seeds (md, tex, csv)")
     c.add_argument("--settings", required=True)

@@ -125,10 +125,70 @@ def toy_splits(train_size: int, validation_size: int, test_size: int, seed: int)
     return splits
 
 
-def prepare(name: str, settings: dict) -> tuple[dict[str, list[dict]], list[str]]:
-    """Splits of one configured dataset, and the external sources it was read from."""
-    source = settings["source"]
-    if source == "toy":
-        return toy_splits(settings["train_size"], settings["validation_size"], settings["test_size"],
-                          settings.get("seed", 0)), []
-    raise ValueError(f"dataset {name!r}: unknown source {source!r}")
+def toy_choice_rows(size: int, seed: int) -> list[dict]:
+    """Synthetic multiple-choice rows for the toy grid's out-of-domain stage: a toy question
+    with four candidate sums (the right one, the dropped-carry slip, off by ten, off by one)."""
+    rng = random.Random(seed)
+    rows, seen = [], set()
+    while len(rows) < size:
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        q = rng.choice(_TEMPLATES).format(name=rng.choice(_NAMES), item=rng.choice(_ITEMS), a=a, b=b)
+        if q in seen:
+            continue
+        seen.add(q)
+        right = a + b
+        wrong = [toy_sum(a, b, forget_carry=True), right + 10, right - 1, right + 1, right - 10]
+        distractors = list(dict.fromkeys(w for w in wrong if w != right and w >= 0))[:3]
+        choices = [right, *distractors]
+        rng.shuffle(choices)
+        rows.append({"id": f"toychoice-test-{len(rows):05d}", "context": f"Question: {q}\nAnswer:",
+                     "choices": [str(c) for c in choices], "label": choices.index(right)})
+    return rows
+
+
+def held_out(rows: list[dict], validation_size: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """(train, validation): a fixed seeded slice of the training rows, both in source order."""
+    if validation_size >= len(rows):
+        raise ValueError(f"validation_size {validation_size} leaves no training rows (the source has {len(rows)})")
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    val = set(order[:validation_size])
+    return [r for i, r in enumerate(rows) if i not in val], [r for i, r in enumerate(rows) if i in val]
+
+
+def _subsample(rows: list[dict], size: int | None, seed: int) -> list[dict]:
+    """A seeded subset of ``size`` rows in source order (all rows when size is None)."""
+    if size is None or size >= len(rows):
+        return rows
+    keep = set(random.Random(seed).sample(range(len(rows)), size))
+    return [r for i, r in enumerate(rows) if i in keep]
+
+
+def prepare(name: str, settings: dict, splits: tuple[str, ...] = SPLITS) -> tuple[dict[str, list[dict]], dict]:
+    """The requested splits of one configured dataset, and a report per source split that was
+    read (where from, rows read, kept and dropped by reason) for the provenance record."""
+    loader, seed = settings["loader"], settings.get("seed", 0)
+    if loader == "toy":
+        made = toy_splits(settings["train_size"], settings["validation_size"], settings["test_size"], seed)
+        return {s: made[s] for s in splits}, {}
+    if loader == "toy_mc":
+        if set(splits) != {"test"}:
+            raise ValueError(f"dataset {name!r}: a multiple-choice set has only a test split")
+        return {"test": toy_choice_rows(settings["test_size"], seed)}, {}
+    from softtokens.sources import load_split
+
+    where = {"hub_id": settings.get("source"), "hf_config": settings.get("hf_config"), "path": settings.get("path")}
+    out, reports = {}, {}
+    if {"train", "validation"} & set(splits):
+        rows, report = load_split(name, loader, "train", **where)
+        reports["train"] = report.as_dict()
+        train, val = held_out(rows, settings.get("validation_size", 0), seed)
+        out["train"], out["validation"] = _subsample(train, settings.get("train_size"), seed), val
+    if "test" in splits:
+        rows, report = load_split(name, loader, "test", **where)
+        reports["test"] = report.as_dict()
+        out["test"] = _subsample(rows, settings.get("test_size"), seed)
+    for split, rows in out.items():
+        if not rows:
+            raise ValueError(f"dataset {name!r}: no usable rows in split {split!r} ({reports})")
+    return {s: out[s] for s in splits}, reports

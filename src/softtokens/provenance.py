@@ -161,6 +161,10 @@ class Provenance:
     def add_external(self, name: str, ref: str) -> None:
         self.external[name] = ref
 
+    def add_input(self, name: str, path: str | os.PathLike) -> None:
+        """An input found while running (a local dataset copy): hashed like the declared ones."""
+        self.inputs[name] = {"path": _rel(path), "sha256": sha256_path(path)}
+
     def record(self, extra: dict | None = None) -> dict:
         rec = {
             "stage": self.stage,

@@ -1,0 +1,297 @@
+"""The paper's datasets, read from the Hugging Face hub or from a local copy, normalised to the
+project's row schemas: math ``{"id", "question", "answer"}``, multiple choice
+``{"id", "context", "choices", "label"}``.
+
+One ``Source`` per dataset says where it lives (hub id, config, which source split feeds our
+``train`` and ``test``) and how one raw row becomes ours. A raw row without a usable answer is
+dropped and counted by reason, never silently; a malformed local file fails naming file and
+line. The same reader serves the hub, a local file and a local directory, so the fixture tests
+under ``tests/fixtures/`` exercise the code a cluster run uses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from softtokens.data import DataFormatError
+
+
+class DropRow(Exception):
+    """A raw row with no usable answer; the message is the reason it is counted under."""
+
+
+# ---------------------------------------------------------------- answer extraction
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces; also the
+    brace-less ``\\boxed 5`` form Hendrycks MATH uses a few times."""
+    starts = [m for m in re.finditer(r"\\(?:boxed|fbox)\s*(\{)?", text)]
+    for m in reversed(starts):
+        if m.group(1) is None:  # \boxed 5 : up to the next space or $
+            tail = re.match(r"([^\s$]+)", text[m.end():])
+            if tail:
+                return tail.group(1)
+            continue
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            content = text[m.end(): i - 1].strip()
+            if content:
+                return content
+    return None
+
+
+def _gsm8k_gold(answer: str) -> str:
+    if "####" not in answer:
+        raise DropRow("no '####' in answer")
+    gold = answer.rsplit("####", 1)[1].strip().replace(",", "")
+    if not gold:
+        raise DropRow("empty answer after '####'")
+    return gold
+
+
+def _strip_math_delimiters(answer: str) -> str:
+    a = answer.strip()
+    if a.startswith("$$") and a.endswith("$$") and len(a) > 4:
+        a = a[2:-2]
+    elif a.startswith("$") and a.endswith("$") and len(a) > 2:
+        a = a[1:-1]
+    return a.strip()
+
+
+def _require(value, reason: str) -> str:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise DropRow(reason)
+    return str(value).strip()
+
+
+# ---------------------------------------------------------------- row normalisers
+def norm_gsm8k(raw: dict) -> dict:
+    return {"question": _require(raw.get("question"), "empty question"), "answer": _gsm8k_gold(raw.get("answer") or "")}
+
+
+def norm_math(raw: dict) -> dict:
+    gold = last_boxed(raw.get("solution") or "")
+    if gold is None:
+        raise DropRow("no \\boxed{} in solution")
+    extra = {k: raw[k] for k in ("level", "type") if k in raw}
+    return {"question": _require(raw.get("problem"), "empty problem"), "answer": gold, **extra}
+
+
+def norm_problem_answer(raw: dict) -> dict:
+    """DeepScaleR and MATH-500: ``problem`` and ``answer`` fields."""
+    extra = {k: raw[k] for k in ("level", "subject", "unique_id") if k in raw}
+    return {"question": _require(raw.get("problem"), "empty problem"),
+            "answer": _strip_math_delimiters(_require(raw.get("answer"), "empty answer")), **extra}
+
+
+def norm_olympiadbench(raw: dict) -> dict:
+    """``final_answer`` is a list (several answers for multi-answer problems, joined by ', ');
+    answers come wrapped in $...$."""
+    finals = raw.get("final_answer")
+    if isinstance(finals, str):
+        finals = [finals]
+    answers = [_strip_math_delimiters(a) for a in (finals or []) if isinstance(a, str) and a.strip()]
+    if not answers:
+        raise DropRow("empty final_answer")
+    if raw.get("image_1") or raw.get("images"):
+        raise DropRow("has an image")
+    return {"question": _require(raw.get("question"), "empty question"), "answer": ", ".join(answers),
+            **({"unit": raw["unit"]} if raw.get("unit") else {})}
+
+
+def _hellaswag_text(text: str) -> str:
+    """lm-evaluation-harness's HellaSwag preprocessing (WikiHow artefacts removed)."""
+    text = text.strip().replace(" [title]", ". ")
+    text = re.sub(r"\[.*?\]", "", text)
+    return text.replace("  ", " ")
+
+
+def norm_hellaswag(raw: dict) -> dict:
+    if str(raw.get("label", "")).strip() == "":
+        raise DropRow("no label")
+    ctx = f"{raw.get('ctx_a', '')} {str(raw.get('ctx_b', '')).capitalize()}"
+    endings = list(raw.get("endings") or [])
+    label = int(raw["label"])
+    if not 0 <= label < len(endings):
+        raise DropRow("label out of range")
+    return {"context": _hellaswag_text(f"{raw.get('activity_label', '')}: {ctx}"),
+            "choices": [_hellaswag_text(e) for e in endings], "label": label}
+
+
+def _question_answer_context(question: str) -> str:
+    return f"Question: {question.strip()}\nAnswer:"
+
+
+def norm_arc(raw: dict) -> dict:
+    """Labels are A-E or 1-4; the gold index is the position of ``answerKey`` among them."""
+    choices = raw.get("choices") or {}
+    labels, texts = list(choices.get("label") or []), list(choices.get("text") or [])
+    key = str(raw.get("answerKey", "")).strip()
+    if key not in labels:
+        raise DropRow("answerKey not among choice labels")
+    return {"context": _question_answer_context(_require(raw.get("question"), "empty question")),
+            "choices": texts, "label": labels.index(key)}
+
+
+def norm_mmlu(raw: dict) -> dict:
+    choices = list(raw.get("choices") or [])
+    label = raw.get("answer")
+    if isinstance(label, str) and label.strip() in "ABCD" and label.strip():
+        label = "ABCD".index(label.strip())
+    if not isinstance(label, int) or not 0 <= label < len(choices):
+        raise DropRow("answer not an index into choices")
+    return {"context": _question_answer_context(_require(raw.get("question"), "empty question")),
+            "choices": choices, "label": label, **({"subject": raw["subject"]} if raw.get("subject") else {})}
+
+
+# ---------------------------------------------------------------- sources
+@dataclass(frozen=True)
+class Source:
+    hub_id: str
+    hf_config: str | None
+    splits: dict[str, str]              # our split ('train' / 'test') -> the source's split name
+    normalise: Callable[[dict], dict]
+    kind: str = "math"                  # math | multiple_choice
+    id_field: str | None = None         # raw field kept as the row's source id
+    notes: str = ""
+
+
+SOURCES: dict[str, Source] = {
+    "gsm8k": Source("openai/gsm8k", "main", {"train": "train", "test": "test"}, norm_gsm8k),
+    "math": Source("DigitalLearningGmbH/MATH-lighteval", "default", {"train": "train", "test": "test"}, norm_math,
+                   notes="Hendrycks MATH mirror; gold = last \\boxed{} of the solution"),
+    "deepscaler": Source("agentica-org/DeepScaleR-Preview-Dataset", None, {"train": "train"}, norm_problem_answer),
+    "math500": Source("HuggingFaceH4/MATH-500", None, {"test": "test"}, norm_problem_answer, id_field="unique_id"),
+    "olympiadbench": Source("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", {"test": "train"}, norm_olympiadbench,
+                            id_field="id", notes="675 English, text-only, open-ended math problems"),
+    "hellaswag": Source("Rowan/hellaswag", None, {"test": "validation"}, norm_hellaswag, kind="multiple_choice",
+                        id_field="ind"),
+    "arc": Source("allenai/ai2_arc", "ARC-Easy", {"test": "test"}, norm_arc, kind="multiple_choice", id_field="id"),
+    "mmlu": Source("cais/mmlu", "all", {"test": "test"}, norm_mmlu, kind="multiple_choice"),
+}
+
+
+# ---------------------------------------------------------------- raw readers
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict]]:
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataFormatError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise DataFormatError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            yield f"{path}:{lineno}", row
+
+
+def _file_rows(path: Path) -> Iterator[tuple[str, dict]]:
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        yield from _jsonl_rows(path)
+    elif suffix == ".json":
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise DataFormatError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(data, list):
+            raise DataFormatError(f"{path}:1: expected a JSON array of objects")
+        for i, row in enumerate(data):
+            if not isinstance(row, dict):
+                raise DataFormatError(f"{path}: element {i}: expected a JSON object")
+            yield f"{path}[{i}]", row
+    elif suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path)
+        except Exception as e:  # pyarrow raises several types for a corrupt file
+            raise DataFormatError(f"{path}: not a readable parquet file ({e})") from None
+        for i, row in enumerate(table.to_pylist()):
+            yield f"{path}#row{i}", row
+    else:
+        raise DataFormatError(f"{path}: unsupported file type {suffix!r} (use .jsonl, .json or .parquet)")
+
+
+def _dataset_rows(ds, where: str) -> Iterator[tuple[str, dict]]:
+    for i, row in enumerate(ds):
+        yield f"{where}#row{i}", dict(row)
+
+
+def read_raw(source: Source, split: str, hub_id: str | None = None, hf_config: str | None = None,
+             path: str | None = None) -> tuple[Iterator[tuple[str, dict]], str]:
+    """Raw rows of one of our splits, each with where it came from, and a reference to record.
+
+    ``path`` (for clusters without internet) is a file (.jsonl/.json/.parquet; ``{split}`` in it
+    is replaced by the source's split name), a ``save_to_disk`` directory, or a local clone of
+    the hub repository; otherwise the rows come from the hub (``hub_id``, ``hf_config``)."""
+    src_split = source.splits[split]
+    hub_id, hf_config = hub_id or source.hub_id, hf_config if hf_config is not None else source.hf_config
+    if path:
+        p = Path(str(path).replace("{split}", src_split))
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: local copy of {hub_id} ({split} split) not found")
+        if p.is_file():
+            return _file_rows(p), str(p)
+        if (p / "dataset_dict.json").exists() or (p / "state.json").exists():
+            import datasets
+
+            ds = datasets.load_from_disk(str(p))
+            ds = ds[src_split] if isinstance(ds, datasets.DatasetDict) else ds
+            return _dataset_rows(ds, f"{p}[{src_split}]"), f"{p}[{src_split}]"
+        import datasets
+
+        ds = datasets.load_dataset(str(p), hf_config, split=src_split)
+        return _dataset_rows(ds, f"{p}[{src_split}]"), f"{p}:{hf_config}[{src_split}]"
+    import datasets
+
+    ds = datasets.load_dataset(hub_id, hf_config, split=src_split)
+    return _dataset_rows(ds, f"{hub_id}[{src_split}]"), f"hf://{hub_id}:{hf_config}[{src_split}]@{ds._fingerprint}"
+
+
+@dataclass
+class LoadReport:
+    """What happened to the raw rows of one split: read, kept, dropped by reason."""
+
+    reference: str
+    read: int = 0
+    kept: int = 0
+    dropped: Counter = field(default_factory=Counter)
+
+    def as_dict(self) -> dict:
+        return {"reference": self.reference, "read": self.read, "kept": self.kept, "dropped": dict(self.dropped)}
+
+
+def load_split(name: str, loader: str, split: str, hub_id: str | None = None, hf_config: str | None = None,
+               path: str | None = None) -> tuple[list[dict], LoadReport]:
+    """Normalised rows of one split of a configured dataset (``name`` prefixes the ids)."""
+    if loader not in SOURCES:
+        raise ValueError(f"dataset {name!r}: unknown loader {loader!r} (known: {', '.join(sorted(SOURCES))}, toy, toy_mc)")
+    source = SOURCES[loader]
+    if split not in source.splits:
+        raise ValueError(f"dataset {name!r}: {loader} has no {split!r} split (it has {', '.join(source.splits)})")
+    raw_rows, reference = read_raw(source, split, hub_id, hf_config, path)
+    report, rows = LoadReport(reference), []
+    for where, raw in raw_rows:
+        report.read += 1
+        try:
+            row = source.normalise(raw)
+        except DropRow as reason:
+            report.dropped[str(reason)] += 1
+            continue
+        except (TypeError, ValueError, AttributeError) as e:
+            raise DataFormatError(f"{where}: cannot read a {loader} row ({type(e).__name__}: {e})") from None
+        sid = raw.get(source.id_field) if source.id_field else None
+        row = {"id": f"{name}-{split}-{report.read - 1:05d}", **({"source_id": str(sid)} if sid is not None else {}),
+               **row}
+        rows.append(row)
+        report.kept += 1
+    return rows, report

@@ -1,0 +1,77 @@
+"""Multiple-choice log-likelihood scoring: the batched, left-padded scorer against a direct
+one-sequence-at-a-time reference, and the accuracy / NLL definitions."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from softtokens.data import toy_choice_rows
+from softtokens.loglik import continuation_requests, score_rows, summarise
+
+
+def reference_loglik(model, tokenizer, context, choice):
+    ctx = tokenizer(context)["input_ids"]
+    whole = tokenizer(context + " " + choice)["input_ids"]
+    ids = torch.tensor([whole])
+    logp = torch.log_softmax(model(input_ids=ids).logits.float()[0], -1)
+    return sum(logp[t - 1, whole[t]].item() for t in range(len(ctx), len(whole))), len(whole) - len(ctx)
+
+
+def test_batched_scores_equal_the_unpadded_reference(tiny_model, toy_tokenizer):
+    rows = toy_choice_rows(6, seed=3)
+    rows.append({"id": "long", "context": "Question: " + "Ada has 12 apples. " * 5 + "\nAnswer:",
+                 "choices": ["1", "12 apples and 13 more"], "label": 1})
+    scored = score_rows(tiny_model, toy_tokenizer, rows, batch_size=5)  # mixed lengths in one batch
+    for row, s in zip(rows, scored):
+        for ci, choice in enumerate(row["choices"]):
+            ll, n = reference_loglik(tiny_model, toy_tokenizer, row["context"], choice)
+            assert s["loglik"][ci] == pytest.approx(ll, abs=1e-4)
+            assert s["n_tokens"][ci] == n
+        assert s["nll_correct"] == pytest.approx(-s["loglik"][row["label"]] / s["n_tokens"][row["label"]], rel=1e-4)
+        assert s["pred"] == max(range(len(row["choices"])), key=lambda i: s["loglik"][i])
+
+
+def test_continuation_is_the_tokens_past_the_context(toy_tokenizer):
+    row = {"id": "r", "context": "Question: Ada has 12 apples.\nAnswer:", "choices": ["42", "7"], "label": 0}
+    reqs = continuation_requests(toy_tokenizer, [row])
+    ctx = toy_tokenizer(row["context"])["input_ids"]
+    for (_, ci, whole, n_cont) in reqs:
+        assert whole[: len(ctx)] == ctx
+        assert toy_tokenizer.decode(whole[-n_cont:]).strip() == row["choices"][ci]
+
+
+def test_summary_definitions():
+    scored = [{"pred": 0, "pred_norm": 1, "label": 0, "nll_correct": 1.0},
+              {"pred": 2, "pred_norm": 2, "label": 2, "nll_correct": 3.0},
+              {"pred": 1, "pred_norm": 0, "label": 0, "nll_correct": 5.0},
+              {"pred": 3, "pred_norm": 3, "label": 1, "nll_correct": 7.0}]
+    assert summarise(scored) == {"n_problems": 4, "accuracy": 0.5, "accuracy_norm": 0.5, "nll_correct": 4.0}
+
+
+def test_toy_choice_rows_are_well_formed_and_seeded():
+    rows = toy_choice_rows(50, seed=1)
+    assert rows == toy_choice_rows(50, seed=1)
+    for r in rows:
+        assert len(r["choices"]) == 4 and len(set(r["choices"])) == 4
+        a, b = [int(w) for w in r["context"].split() if w.isdigit()][:2]
+        assert r["choices"][r["label"]] == str(a + b)
+    assert len({r["label"] for r in rows}) == 4  # the gold position is shuffled
+
+
+def test_cli_evaluate_loglik(tmp_path, tiny_model, toy_tokenizer):
+    model_dir = tmp_path / "model"
+    tiny_model.save_pretrained(model_dir)
+    toy_tokenizer.save_pretrained(model_dir)
+    data = tmp_path / "test.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in toy_choice_rows(8, seed=0)))
+    out = tmp_path / "loglik.json"
+    res = subprocess.run([sys.executable, "-m", "softtokens", "evaluate-loglik", "--model", str(model_dir),
+                          "--data", str(data), "--out", str(out), "--settings", json.dumps({"batch_size": 4})],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    result = json.loads(out.read_text())
+    assert result["n_problems"] == 8 and 0 <= result["accuracy"] <= 1 and result["nll_correct"] > 0
+    assert result["provenance"]["inputs"]["data"]["sha256"]
