@@ -87,6 +87,8 @@ def cmd_train(a) -> None:
     trainer = Trainer(cfg, a.base, read_jsonl(a.train), read_jsonl(a.validation), Path(a.state_dir), a.threads)
     trainer.run()
     trainer.finish(Path(a.checkpoints), Path(a.metrics))
+    if not trainer.dp.is_main:
+        return  # the main process writes the outputs and their provenance
     extra = {"embedding_scale": trainer.embedding_scale, "sigma": trainer.sigma, "best_val": trainer.best_val}
     prov.write_sidecar(a.metrics, extra=extra)
     for name in ("best", "latest"):

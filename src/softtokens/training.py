@@ -24,8 +24,9 @@ import torch
 from tqdm import tqdm
 
 from softtokens.data import format_prompt
+from softtokens.distributed import DataParallel
 from softtokens.generation import CotEngine, CotSetting, row_seed
-from softtokens.modeling import EmbeddingScale, embedding_scale, load_model, load_tokenizer, pick_device
+from softtokens.modeling import EmbeddingScale, embedding_scale, load_model, load_tokenizer
 from softtokens.provenance import atomic_dir, write_jsonl
 from softtokens.rewards import grade, reward_of_grade
 from softtokens.rloo import rloo_advantages, rloo_loss, rollout_log_probs
@@ -97,15 +98,21 @@ def lr_lambda(cfg: TrainConfig):
 
 
 @torch.no_grad()
-def greedy_accuracy(engine: CotEngine, rows: list[dict], setting: CotSetting, cot_max: int,
-                    answer_max: int, batch_size: int = 256) -> float:
+def greedy_correct(engine: CotEngine, rows: list[dict], setting: CotSetting, cot_max: int,
+                   answer_max: int, batch_size: int = 256) -> int:
+    """Number of rows answered correctly with a noise-free CoT and a greedy answer."""
     correct = 0
     for i in range(0, len(rows), batch_size):
         chunk = rows[i:i + batch_size]
         out = engine.generate([format_prompt(r["question"]) for r in chunk], setting, 0.0,
                               [0] * len(chunk), cot_max, answer_max, answer_temperature=0.0)
         correct += sum(grade(c, r["answer"])[1] for c, r in zip(out.completions, chunk))
-    return correct / len(rows)
+    return correct
+
+
+def greedy_accuracy(engine: CotEngine, rows: list[dict], setting: CotSetting, cot_max: int,
+                    answer_max: int, batch_size: int = 256) -> float:
+    return greedy_correct(engine, rows, setting, cot_max, answer_max, batch_size) / len(rows)
 
 
 class Trainer:
@@ -115,7 +122,8 @@ class Trainer:
         self.train_rows, self.val_rows = train_rows, val_rows[: cfg.val_size]
         torch.set_num_threads(threads)
         torch.manual_seed(cfg.seed)
-        self.device = pick_device()
+        self.dp = DataParallel()
+        self.device = self.dp.device
         self.tokenizer = load_tokenizer(base_model)
         latest = self.state_dir / "latest"
         self.start_step = 0
@@ -153,30 +161,37 @@ class Trainer:
         problems = self.prompts_for_step(step)
         prompts = [format_prompt(p["question"]) for p in problems for _ in range(cfg.samples_per_prompt)]
         seeds = [row_seed(cfg.seed, step, b, g) for b in range(cfg.prompts_per_step) for g in range(cfg.samples_per_prompt)]
+        golds = [p["answer"] for p in problems for _ in range(cfg.samples_per_prompt)]
+        n = len(prompts)
+        mine = self.dp.shard(n)  # this process's rows (all of them with one process)
         self.model.eval()
-        rollout = self.engine.generate(prompts, cfg.cot_setting, self.sigma, seeds, cfg.cot_max_tokens,
+        rollout = self.engine.generate(prompts[mine], cfg.cot_setting, self.sigma, seeds[mine], cfg.cot_max_tokens,
                                        cfg.answer_max_tokens, cfg.answer_temperature)
         t1 = time.time()
-        golds = [p["answer"] for p in problems for _ in range(cfg.samples_per_prompt)]
-        graded = [grade(c, g) for c, g in zip(rollout.completions, golds)]
-        rewards = torch.tensor([reward_of_grade(boxed, ok, cfg.reward_correct, cfg.reward_boxed_wrong, cfg.reward_no_box)
-                                for boxed, ok in graded], device=self.device)
-        adv = rloo_advantages(rewards.view(cfg.prompts_per_step, cfg.samples_per_prompt)).flatten()
+        graded = [grade(c, g) for c, g in zip(rollout.completions, golds[mine])]
+        my_rewards = torch.tensor([reward_of_grade(boxed, ok, cfg.reward_correct, cfg.reward_boxed_wrong,
+                                                   cfg.reward_no_box) for boxed, ok in graded], device=self.device)
+        rewards = self.dp.gather_rows(my_rewards, n)  # the leave-one-out baseline needs all G of a prompt
+        adv = rloo_advantages(rewards.view(cfg.prompts_per_step, cfg.samples_per_prompt)).flatten()[mine]
         t2 = time.time()
 
         self.model.train()
-        n = len(prompts)
+        local_n = len(graded)
         loss_sum, cot_lp_sum, ans_lp_sum = 0.0, 0.0, 0.0
-        for start in range(0, n, cfg.micro_batch_size):
-            idx = slice(start, min(n, start + cfg.micro_batch_size))
+        for start in range(0, local_n, cfg.micro_batch_size):
+            idx = slice(start, min(local_n, start + cfg.micro_batch_size))
             cot_lp, ans_lp = rollout_log_probs(self.model, rollout.rows(idx), self.sigma, cfg.answer_temperature,
                                                self.engine.vocab_rows, self.gaussian_scale)
-            loss = rloo_loss(cot_lp + ans_lp, adv[idx], n)
+            loss = rloo_loss(cot_lp + ans_lp, adv[idx], n)  # divided by the global row count
             loss.backward()
             loss_sum += loss.item()
             cot_lp_sum += cot_lp.detach().sum().item()
             ans_lp_sum += ans_lp.detach().sum().item()
-        params = [p for p in self.model.parameters() if p.grad is not None]
+        if self.dp.world > 1:
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            self.dp.sum_gradients(params)
+        else:
+            params = [p for p in self.model.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
         self.opt.step()
         self.sched.step()
@@ -185,14 +200,19 @@ class Trainer:
 
         r = rewards.view(cfg.prompts_per_step, cfg.samples_per_prompt)
         cot_mask = rollout.step_phase == 0
+        (n_correct, n_boxed, cot_len, n_stopped, ent_sum, ent_count, loss_sum, cot_lp_sum,
+         ans_lp_sum) = self.dp.sum([sum(ok for _, ok in graded), sum(b for b, _ in graded),
+                                    rollout.cot_len.float().sum().item(), rollout.stopped.float().sum().item(),
+                                    rollout.cot_entropy.sum().item(), cot_mask.sum().item(), loss_sum, cot_lp_sum,
+                                    ans_lp_sum], self.device)
         return {
             "kind": "train", "step": step + 1,
             "reward": r.mean().item(), "reward_std": r.std(dim=1).mean().item(),
-            "frac_correct": sum(ok for _, ok in graded) / n, "frac_boxed": sum(b for b, _ in graded) / n,
+            "frac_correct": n_correct / n, "frac_boxed": n_boxed / n,
             "frac_reward_zero_std": (r.std(dim=1) == 0).float().mean().item(),
-            "completions/mean_length": rollout.cot_len.float().mean().item(),
-            "stop_rate": rollout.stopped.float().mean().item(),
-            "entropy": (rollout.cot_entropy.sum() / cot_mask.sum().clamp(min=1)).item(),
+            "completions/mean_length": cot_len / n,
+            "stop_rate": n_stopped / n,
+            "entropy": ent_sum / max(1.0, ent_count),
             "loss": loss_sum, "cot_logp": cot_lp_sum / n, "answer_logp": ans_lp_sum / n,
             "grad_norm": float(grad_norm), "lr": self.sched.get_last_lr()[0],
             "seconds_rollout": round(t1 - t0, 3), "seconds_reward": round(t2 - t1, 3),
@@ -202,11 +222,21 @@ class Trainer:
     # ------------------------------------------------------------ validation and checkpoints
     def validate(self, step: int) -> dict:
         self.model.eval()
-        acc = greedy_accuracy(self.engine, self.val_rows, self.cfg.validation_setting, self.cfg.cot_max_tokens,
-                              self.cfg.answer_max_tokens)
-        return {"kind": "validation", "step": step, "val_greedy_accuracy": acc}
+        mine = self.val_rows[self.dp.shard(len(self.val_rows))]
+        correct = greedy_correct(self.engine, mine, self.cfg.validation_setting, self.cfg.cot_max_tokens,
+                                 self.cfg.answer_max_tokens)
+        (correct,) = self.dp.sum([correct], self.device)
+        return {"kind": "validation", "step": step, "val_greedy_accuracy": correct / len(self.val_rows)}
 
     def _save(self, name: str, step: int, with_optimizer: bool, extra: dict | None = None) -> None:
+        """The main process writes (every process holds the same weights and optimiser state)."""
+        if not self.dp.is_main:
+            self.dp.barrier()
+            return
+        self._write_checkpoint(name, step, with_optimizer, extra)
+        self.dp.barrier()
+
+    def _write_checkpoint(self, name: str, step: int, with_optimizer: bool, extra: dict | None) -> None:
         with atomic_dir(self.state_dir / name) as tmp:
             self.model.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
@@ -218,6 +248,8 @@ class Trainer:
 
     def _log(self, row: dict) -> None:
         self.metrics.append(row)
+        if not self.dp.is_main:
+            return
         with open(self.state_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
 
@@ -230,11 +262,12 @@ class Trainer:
 
     def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        write_jsonl(self.state_dir / "metrics.jsonl", self.metrics)  # drop rows past the resumed step
+        if self.dp.is_main:
+            write_jsonl(self.state_dir / "metrics.jsonl", self.metrics)  # drop rows past the resumed step
         if self.start_step == 0:
             self._validate_and_keep_best(0)
         bar = tqdm(range(self.start_step, self.cfg.steps), desc=f"RLOO {self.cfg.mode} seed {self.cfg.seed}",
-                   initial=self.start_step, total=self.cfg.steps, mininterval=5)
+                   initial=self.start_step, total=self.cfg.steps, mininterval=5, disable=not self.dp.is_main)
         for step in bar:
             row = self.train_step(step)
             self._log(row)
@@ -246,6 +279,9 @@ class Trainer:
 
     def finish(self, checkpoints_dir: Path, metrics_path: Path) -> None:
         """Move the final checkpoints into the declared outputs and drop the resume state."""
+        if not self.dp.is_main:
+            self.dp.close()
+            return
         checkpoints_dir = Path(checkpoints_dir)
         with atomic_dir(checkpoints_dir) as tmp:
             for name in ("best", "latest"):
@@ -255,6 +291,7 @@ class Trainer:
                 opt.unlink()
         write_jsonl(metrics_path, self.metrics)
         shutil.rmtree(self.state_dir)
+        self.dp.close()
 
 
 def _read_jsonl(path: Path) -> list[dict]:

@@ -1,0 +1,107 @@
+"""The training job: resuming after a crash continues the same run, and data parallelism over
+processes (what `accelerate launch` does on a GPU node) gives the single-process run."""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from softtokens.training import TrainConfig, Trainer
+
+from conftest import make_tiny_model
+
+CFG = dict(mode="soft", seed=3, lr=1e-3, prompts_per_step=2, samples_per_prompt=4, steps=3, warmup_steps=1,
+           cot_max_tokens=10, answer_max_tokens=4, val_every=1, val_size=6, micro_batch_size=3, dtype="float32")
+TRAIN_KEYS = ("reward", "frac_correct", "completions/mean_length", "stop_rate")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory, toy_tokenizer, toy_rows):
+    d = tmp_path_factory.mktemp("base")
+    make_tiny_model(toy_tokenizer, seed=1).save_pretrained(d / "model")
+    toy_tokenizer.save_pretrained(d / "model")
+    for split in ("train", "validation"):
+        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in toy_rows[split]))
+    return d
+
+
+def train_rows(metrics):
+    return [m for m in metrics if m["kind"] == "train"]
+
+
+def run_in_process(base, toy_rows, out: Path, cfg: TrainConfig, crash_at: int | None = None) -> Trainer:
+    trainer = Trainer(cfg, str(base / "model"), toy_rows["train"], toy_rows["validation"], out / "_resume")
+    if crash_at is not None:
+        real = trainer.train_step
+
+        def crashing(step):
+            if step == crash_at:
+                raise RuntimeError("preempted")
+            return real(step)
+        trainer.train_step = crashing
+        with pytest.raises(RuntimeError, match="preempted"):
+            trainer.run()
+        return trainer
+    trainer.run()
+    trainer.finish(out / "checkpoints", out / "metrics.jsonl")
+    return trainer
+
+
+def test_resume_after_a_crash_continues_the_same_run(base, toy_rows, tmp_path):
+    cfg = TrainConfig(**CFG)
+    straight = run_in_process(base, toy_rows, tmp_path / "straight", cfg)
+    run_in_process(base, toy_rows, tmp_path / "resumed", cfg, crash_at=2)
+    assert (tmp_path / "resumed" / "_resume" / "latest" / "optimizer.pt").exists()
+    resumed = run_in_process(base, toy_rows, tmp_path / "resumed", cfg)
+    assert resumed.start_step == 2
+    a, b = train_rows(straight.metrics), train_rows(resumed.metrics)
+    assert [m["step"] for m in b] == [1, 2, 3]
+    for x, y in zip(a, b):
+        for k in (*TRAIN_KEYS, "loss", "grad_norm"):
+            assert x[k] == pytest.approx(y[k], rel=1e-5, abs=1e-7), k
+    wa = load_file(tmp_path / "straight" / "checkpoints" / "latest" / "model.safetensors")
+    wb = load_file(tmp_path / "resumed" / "checkpoints" / "latest" / "model.safetensors")
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+    assert not (tmp_path / "resumed" / "_resume").exists()
+
+
+def cli_train(base, out: Path, cfg: dict, processes: int) -> subprocess.CompletedProcess:
+    args = ["-m", "softtokens", "train", "--settings", json.dumps(cfg), "--base", str(base / "model"),
+            "--train", str(base / "train.jsonl"), "--validation", str(base / "validation.jsonl"),
+            "--state-dir", str(out / "_resume"), "--checkpoints", str(out / "checkpoints"),
+            "--metrics", str(out / "metrics.jsonl")]
+    if processes > 1:  # on a GPU node the rule runs `accelerate launch --multi_gpu`; on CPU, torchrun (gloo)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+               "--master_port", str(29500 + os.getpid() % 1000), *args]
+    else:
+        cmd = [sys.executable, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_two_processes_train_like_one(base, tmp_path):
+    cfg = {**asdict(TrainConfig(**CFG)), "steps": 2, "samples_per_prompt": 5}  # 10 rows: shards of 5
+    one = cli_train(base, tmp_path / "one", cfg, 1)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = cli_train(base, tmp_path / "two", cfg, 2)
+    assert two.returncode == 0, two.stderr[-3000:]
+    m1 = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    m2 = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["kind"] for m in m1] == [m["kind"] for m in m2]
+    for x, y in zip(m1, m2):
+        if x["kind"] == "validation":
+            assert x["val_greedy_accuracy"] == y["val_greedy_accuracy"]
+            continue
+        for k in TRAIN_KEYS:
+            assert x[k] == pytest.approx(y[k], rel=1e-6), k          # same rollouts, same rewards
+        for k in ("loss", "grad_norm", "cot_logp"):
+            assert x[k] == pytest.approx(y[k], rel=1e-4), k          # sums in another order
+    w1 = load_file(tmp_path / "one" / "checkpoints" / "latest" / "model.safetensors")
+    w2 = load_file(tmp_path / "two" / "checkpoints" / "latest" / "model.safetensors")
+    assert all(torch.allclose(w1[k], w2[k], atol=1e-5) for k in w1)
+    assert (tmp_path / "two" / "metrics.jsonl.prov.json").exists()
