@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from softtokens.config import ConfigError, check_config, resolved_rl
+from softtokens.config import ConfigError, cell_rl, check_config, job_resources, resolved_rl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,3 +70,54 @@ def test_snakemake_stops_before_any_job_on_a_bad_config(config, tmp_path):
     assert proc.returncode != 0
     assert "grids.toy.rl.steps" in proc.stdout + proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_paper_grid_is_the_papers(config):
+    paper = config["grids"]["paper"]
+    assert {m: (s["source"], s["lr"]) for m, s in paper["models"].items()} == {
+        "llama-3b": ("meta-llama/Llama-3.2-3B-Instruct", 6e-6), "llama-8b": ("meta-llama/Llama-3.1-8B-Instruct", 3e-6),
+        "qwen-3b": ("Qwen/Qwen2.5-3B-Instruct", 8e-6)}
+    cells = {(c["model"], c["dataset"]) for c in paper["training"]}
+    assert cells == {("llama-3b", "gsm8k"), ("llama-3b", "math"), ("llama-3b", "deepscaler"), ("llama-8b", "gsm8k"),
+                     ("qwen-3b", "math")}
+    assert all(c["modes"] == ["hard", "soft", "fuzzy"] and c["seeds"] == [0, 1, 2] for c in paper["training"])
+    assert cell_rl(config, "paper", "llama-8b", "gsm8k")["cot_max_tokens"] == 128
+    assert cell_rl(config, "paper", "qwen-3b", "math")["cot_max_tokens"] == 512
+    assert cell_rl(config, "paper", "llama-3b", "deepscaler")["steps"] == 4000
+    ev = paper["evaluation"]
+    assert (ev["n_samples"], ev["cot_max_tokens"], ev["answer_max_tokens"]) == (32, 512, 32)
+    assert config["rl"]["answer_max_tokens"] == 32
+
+
+def test_cross_checks_name_the_key(config):
+    bad = copy.deepcopy(config)
+    bad["grids"]["paper"]["training"][0]["dataset"] = "math500"
+    with pytest.raises(ConfigError, match=r"grids.paper.training.0.dataset': 'math500' has no training split"):
+        check_config(bad)
+    bad = copy.deepcopy(config)
+    bad["grids"]["paper"]["evaluation"]["ood_benchmarks"] = ["gsm8k"]
+    with pytest.raises(ConfigError, match=r"ood_benchmarks': 'gsm8k' is not a multiple_choice set"):
+        check_config(bad)
+    bad = copy.deepcopy(config)
+    bad["grids"]["paper"]["training"].append(copy.deepcopy(bad["grids"]["paper"]["training"][0]))
+    with pytest.raises(ConfigError, match=r"appears in two cells"):
+        check_config(bad)
+    bad = copy.deepcopy(config)
+    bad["grids"]["paper"]["datasets"]["gsm-8k"] = {"loader": "gsm8k"}
+    with pytest.raises(ConfigError, match=r"cannot contain '-'"):
+        check_config(bad)
+    bad = copy.deepcopy(config)
+    bad["grids"]["paper"]["datasets"]["gsm8k"]["loader"] = "gsm9k"
+    with pytest.raises(ConfigError, match=r"grids.paper.datasets.gsm8k.loader"):
+        check_config(bad)
+
+
+def test_partition_and_account_come_from_the_environment(config):
+    paper = config["grids"]["paper"]
+    assert "slurm_partition" not in job_resources(paper, "train", environ={})
+    env = {"SOFTTOKENS_SLURM_PARTITION": "cpuq", "SOFTTOKENS_SLURM_GPU_PARTITION": "gpuq", "SOFTTOKENS_SLURM_ACCOUNT": "a1"}
+    train = job_resources(paper, "train", environ=env)
+    assert train["gpu"] == 8 and train["nodes"] == 1 and train["slurm_partition"] == "gpuq" and train["slurm_account"] == "a1"
+    assert job_resources(paper, "cpu", environ=env)["slurm_partition"] == "cpuq"
+    assert job_resources(paper, "evaluate", environ={"SOFTTOKENS_SLURM_PARTITION": "all"})["slurm_partition"] == "all"
+    assert job_resources(config["grids"]["toy"], "train", environ={}) == {}

@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-def snakemake(*args, cwd=ROOT, timeout=600):
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+def snakemake(*args, cwd=ROOT, timeout=600, env=None):
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **(env or {})}
     return subprocess.run([str(BIN / "snakemake"), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
 
@@ -39,7 +39,50 @@ def test_toy_grid_plan(tmp_path):
     counts = job_counts(proc)
     assert counts["train"] == 6 and counts["select_checkpoint"] == 6
     assert counts["evaluate"] == 7 * 6  # (base + 6 runs) x six settings
-    assert counts["prepare_data"] == 1 and counts["build_toy_base"] == 1
+    assert counts["evaluate_loglik"] == 7  # (base + 6 runs) x the synthetic multiple-choice set
+    assert counts["prepare_data"] == 1 and counts["prepare_benchmark"] == 2 and counts["build_toy_base"] == 1
+
+
+PAPER_ENV = {"SOFTTOKENS_SLURM_ACCOUNT": "testacct", "SOFTTOKENS_SLURM_GPU_PARTITION": "testgpu"}
+
+
+@pytest.mark.parametrize("profile", ["slurm", "profiles/slurm"])
+def test_paper_grid_plan_with_the_slurm_profile(profile):
+    """`snakemake --profile slurm -n` at the repository root: no SLURM, GPU or network needed."""
+    proc = snakemake("--profile", profile, "-n", "--quiet", "rules")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = job_counts(proc)
+    runs = 5 * 3 * 3                    # Table 1's (model, dataset) cells x modes x seeds
+    models = runs + 3                   # + the three base models
+    assert counts["train"] == runs and counts["select_checkpoint"] == runs
+    assert counts["evaluate"] == models * 3 * 6       # x GSM8K, MATH-500, OlympiadBench x six settings
+    assert counts["evaluate_loglik"] == models * 3    # x HellaSwag, ARC, MMLU
+    assert counts["prepare_data"] == 3 and counts["prepare_benchmark"] == 6
+    assert "build_toy_base" not in counts
+
+
+def test_paper_jobs_resources_and_launcher():
+    proc = snakemake("--profile", "slurm", "-n", "results/paper/eval/llama-3b/math-soft-seed1/math500/soft_sample.json",
+                     "results/paper/eval/qwen-3b/base/mmlu/loglik.json", env=PAPER_ENV)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-3000:]
+    train = text.split("rule train:")[1].split("rule ")[0]
+    assert "gpu=8" in train and "cpus_per_gpu=8" in train and "nodes=1" in train and "runtime=2880" in train
+    assert "slurm_partition=testgpu" in train and "slurm_account=testacct" in train
+    assert "accelerate launch --multi_gpu --num_processes 8" in train and '"cot_max_tokens": 512' in train
+    evaluate = text.split("rule evaluate:")[1].split("rule ")[0]
+    assert "gpu=1" in evaluate and "--cot_max_tokens" not in evaluate and '"n_samples": 32' in evaluate
+    loglik = text.split("rule evaluate_loglik:")[1].split("rule ")[0]
+    assert "gpu=1" in loglik and "--model Qwen/Qwen2.5-3B-Instruct" in loglik
+
+
+def test_listing_what_one_cell_depends_on():
+    """README's recipe: a forced dry run of one cell lists its whole upstream chain."""
+    proc = snakemake("results/paper/eval/llama-8b/gsm8k-fuzzy-seed0/gsm8k/hard_greedy.json",
+                     "--profile", "slurm", "-n", "--forceall", "--quiet", "rules")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert job_counts(proc) == {"prepare_data": 1, "prepare_benchmark": 1, "train": 1, "select_checkpoint": 1,
+                                "evaluate": 1, "total": 5}
 
 
 def test_lint_is_clean():
@@ -49,12 +92,14 @@ def test_lint_is_clean():
 
 
 TINY = {
-    "datasets": {"toyarith": {"source": "toy", "train_size": 200, "validation_size": 8, "test_size": 6, "seed": 1}},
+    "datasets": {"toyarith": {"loader": "toy", "train_size": 200, "validation_size": 8, "test_size": 6, "seed": 1},
+                 "toychoice": {"loader": "toy_mc", "test_size": 5, "seed": 2}},
     "toy_base": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64, "vocab_size": 160,
                  "sft_steps": 4, "sft_batch_size": 8, "sft_lr": 3e-3, "seed": 0},
     "training": [{"model": "toy", "dataset": "toyarith", "modes": ["hard", "fuzzy"], "seeds": [0]}],
     "evaluation": {"models": ["toy"], "benchmarks": ["toyarith"], "settings": ["hard_greedy", "fuzzy_sample"],
-                   "n_samples": 2, "cot_max_tokens": 10, "answer_max_tokens": 4, "batch_size": 16, "seed": 0},
+                   "n_samples": 2, "cot_max_tokens": 10, "answer_max_tokens": 4, "batch_size": 16, "seed": 0,
+                   "ood_benchmarks": ["toychoice"], "loglik_batch_size": 4},
     "rl": {"prompts_per_step": 2, "samples_per_prompt": 2, "steps": 2, "warmup_steps": 1, "cot_max_tokens": 10,
            "answer_max_tokens": 4, "val_every": 1, "val_size": 8, "micro_batch_size": 4, "dtype": "float32"},
 }
@@ -75,7 +120,8 @@ def test_tiny_dag_end_to_end(tmp_path):
     res = tmp_path / "results" / "toy"
     for p in ("tables/main.md", "tables/main.tex", "tables/main.csv", "tables/settings_toyarith.md",
               "figures/training_toy_toyarith.png", "figures/entropy_toy_toyarith.png", "figures/passk_toy_toyarith.png",
-              "runs/toy/toyarith/fuzzy/seed0/selected.json", "eval/toy/base/toyarith/fuzzy_sample.json"):
+              "runs/toy/toyarith/fuzzy/seed0/selected.json", "eval/toy/base/toyarith/fuzzy_sample.json",
+              "tables/ood.md", "tables/ood.csv", "eval/toy/toyarith-hard-seed0/toychoice/loglik.json"):
         assert (res / p).exists(), p
     assert not (res / "runs/toy/toyarith/hard/seed0/_resume").exists()  # resume state removed on success
     result = json.loads((res / "eval/toy/toyarith-fuzzy-seed0/toyarith/fuzzy_sample.json").read_text())
@@ -83,6 +129,8 @@ def test_tiny_dag_end_to_end(tmp_path):
     assert result["provenance"]["inputs"]["selected"]["sha256"]
     table = (res / "tables/main.md").read_text()
     assert "no finetune" in table and "toyarith fuzzy" in table and "toyarith hard" in table
+    ood = (res / "tables/ood.md").read_text()
+    assert "toychoice Accuracy" in ood and "toychoice NLL Correct" in ood and "toyarith fuzzy" in ood
 
     # the audit walks the table back to the data, and every link holds
     audit = subprocess.run([str(BIN / "softtokens"), "audit", "results/toy/tables/main.md"], cwd=tmp_path,

@@ -39,6 +39,29 @@ def load_eval_frame(paths: list[Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def load_loglik_frame(paths: list[Path]) -> pd.DataFrame:
+    rows = []
+    for p in paths:
+        res = json.loads(Path(p).read_text())
+        rows.append({**parse_eval_path(Path(p)), "accuracy": 100 * res["accuracy"],
+                     "accuracy_norm": 100 * res["accuracy_norm"], "nll_correct": res["nll_correct"],
+                     "n_problems": res["n_problems"], "path": str(p)})
+    return pd.DataFrame(rows)
+
+
+OOD_CAPTION = ("Out-of-domain multiple choice, scored by log-likelihood as in lm-evaluation-harness: each choice is "
+               "the continuation ' ' + choice after the context and scores its summed token log-likelihood. "
+               "Accuracy (%): share of questions whose highest-scoring choice is the gold one. NLL Correct: mean over "
+               "questions of the gold continuation's negative log-likelihood divided by its token count (nats/token). "
+               "Mean ± std over seeds.")
+
+
+def ood_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Table 4's shape: per benchmark, accuracy and NLL of the correct answer."""
+    cols = {("loglik", "accuracy"): "Accuracy", ("loglik", "nll_correct"): "NLL Correct"}
+    return _wide(df, cols, digits=2)
+
+
 def _mean_std(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
     g = df.groupby(keys, sort=False)[value]
     out = g.agg(["mean", "std", "count"]).reset_index()
@@ -76,7 +99,7 @@ def settings_table(df: pd.DataFrame, benchmark: str) -> pd.DataFrame:
     return _wide(sub, cols, by_benchmark=False)
 
 
-def _wide(df: pd.DataFrame, cols: dict, by_benchmark: bool = True) -> pd.DataFrame:
+def _wide(df: pd.DataFrame, cols: dict, by_benchmark: bool = True, digits: int = 1) -> pd.DataFrame:
     keys = ["model", "train_dataset", "train_mode"]
     records: dict[tuple, dict] = {}
     for (setting, metric), label in cols.items():
@@ -87,7 +110,7 @@ def _wide(df: pd.DataFrame, cols: dict, by_benchmark: bool = True) -> pd.DataFra
         for _, r in agg.iterrows():
             rec = records.setdefault(tuple(r[k] for k in keys), {k: r[k] for k in keys})
             col = f"{r['benchmark']} {label}" if by_benchmark else label
-            rec[col] = f"{r['mean']:.1f}±{r['std']:.1f}"
+            rec[col] = f"{r['mean']:.{digits}f}±{r['std']:.{digits}f}"
             rec["_seeds"] = int(r["count"])
     table = _order(pd.DataFrame(records.values()))
     table.insert(1, "training", table.apply(_training_label, axis=1))
@@ -113,8 +136,12 @@ def write_table(table: pd.DataFrame, out_dir: Path, name: str, caption: str, pro
 
 
 def write_tables(eval_paths: list[Path], out_dir: Path, settings: dict) -> None:
-    df = load_eval_frame(eval_paths)
+    """Math results (one JSON per inference setting) and out-of-domain results (loglik.json)."""
     prov = Provenance("tables", settings, inputs={p.as_posix(): p for p in eval_paths})
+    loglik_paths = [p for p in eval_paths if p.stem == "loglik"]
+    if loglik_paths:
+        write_table(ood_table(load_loglik_frame(loglik_paths)), out_dir, "ood", OOD_CAPTION, prov)
+    df = load_eval_frame([p for p in eval_paths if p.stem != "loglik"])
     caption = ("Hard inference (CoT greedy tau=0 / sampled tau=1, answers greedy): pass@1 and pass@n in %, "
                "mean ± std over seeds (sample std).")
     write_table(main_table(df), out_dir, "main", caption, prov)

@@ -295,3 +295,14 @@ def load_split(name: str, loader: str, split: str, hub_id: str | None = None, hf
         rows.append(row)
         report.kept += 1
     return rows, report
+
+
+def loader_kind(loader: str) -> tuple[str, tuple[str, ...]]:
+    """(math | multiple_choice, the splits it has: 'train' feeds train + validation) of a loader,
+    the generated toy ones included: what config checks and the workflow plan from."""
+    if loader == "toy":
+        return "math", ("train", "test")
+    if loader == "toy_mc":
+        return "multiple_choice", ("test",)
+    source = SOURCES[loader]
+    return source.kind, tuple(source.splits)

@@ -6,7 +6,9 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from softtokens.config import check_config, resolved_rl
+from softtokens.config import cell_rl, check_config, resolved_rl
+from softtokens.config import job_resources as site_job_resources
+from softtokens.sources import loader_kind
 
 
 # our check first: its messages name the key ('grids.toy.rl.steps'); then Snakemake's own
@@ -23,12 +25,14 @@ GRID = config["grids"][GRID_NAME]
 RESULTS = GRID["results"]
 EVAL = GRID["evaluation"]
 RL = resolved_rl(config, GRID_NAME)
-# the toy base is supervised on the first toy-sourced dataset of the grid
-TOY_BASE_DATASET = next((d for d, s in GRID["datasets"].items() if s["source"] == "toy"), None)
+OOD = EVAL.get("ood_benchmarks", [])
+RESOURCES = GRID.get("resources", {})
+# the toy base is supervised on the first toy dataset of the grid
+TOY_BASE_DATASET = next((d for d, s in GRID["datasets"].items() if s["loader"] == "toy"), None)
 
 
 wildcard_constraints:
-    model=r"[A-Za-z0-9_.]+",
+    model=r"[A-Za-z0-9_.-]+",
     dataset=r"[A-Za-z0-9_.]+",
     benchmark=r"[A-Za-z0-9_.]+",
     mode=r"hard|soft|fuzzy",
@@ -68,6 +72,14 @@ def eval_targets():
     ]
 
 
+def loglik_targets():
+    return [f"{RESULTS}/eval/{m}/{t}/{b}/loglik.json" for m, t in evaluated_models() for b in OOD]
+
+
+def ood_table_targets():
+    return [f"{RESULTS}/tables/ood.{ext}" for ext in ("md", "tex", "csv")] if OOD else []
+
+
 def metrics_targets():
     return [f"{run_dir(*r)}/metrics.jsonl" for r in training_runs()]
 
@@ -87,7 +99,7 @@ def figure_targets():
 
 
 def report_targets():
-    return [f"{RESULTS}/tables/main.md", *settings_table_targets(), *figure_targets()]
+    return [f"{RESULTS}/tables/main.md", *settings_table_targets(), *ood_table_targets(), *figure_targets()]
 
 
 def selected_targets():
@@ -97,7 +109,7 @@ def selected_targets():
 def all_targets():
     """Every cell of the layout, so a deleted evaluation or selection is remade (with what
     depends on it) by a plain `snakemake`, not only the tables that summarise it."""
-    return [*selected_targets(), *eval_targets(), *report_targets()]
+    return [*selected_targets(), *eval_targets(), *loglik_targets(), *report_targets()]
 
 
 # ---------------------------------------------------------------- per-rule inputs and params
@@ -124,14 +136,37 @@ def base_model_input(wildcards):
 
 
 def train_settings(wildcards):
-    s = dict(RL, mode=wildcards.mode, seed=int(wildcards.seed), lr=GRID["models"][wildcards.model]["lr"])
+    rl = cell_rl(config, GRID_NAME, wildcards.model, wildcards.dataset)
+    s = dict(rl, mode=wildcards.mode, seed=int(wildcards.seed), lr=GRID["models"][wildcards.model]["lr"])
     return json.dumps(s, sort_keys=True)
+
+
+def train_launcher(wildcards, resources):
+    """One process, or one per GPU under `accelerate launch` when the job holds several GPUs
+    (the profile may lower `gpu`, e.g. profiles/local: the launcher follows)."""
+    gpus = int(resources.get("gpu", 0) or 0)
+    if gpus <= 1:
+        return "python"
+    return (f"accelerate launch --multi_gpu --num_processes {gpus} --num_machines 1 "
+            "--mixed_precision no --dynamo_backend no")
 
 
 def eval_settings(wildcards):
-    s = {k: v for k, v in EVAL.items() if k not in ("models", "benchmarks", "settings")}
+    keys = ("n_samples", "cot_max_tokens", "answer_max_tokens", "batch_size", "seed")
+    s = {k: EVAL[k] for k in keys if k in EVAL}
     s["dtype"] = RL.get("dtype", "float32")
     return json.dumps(s, sort_keys=True)
+
+
+def loglik_settings(wildcards):
+    return json.dumps({"batch_size": EVAL.get("loglik_batch_size", 32), "dtype": RL.get("dtype", "float32")},
+                      sort_keys=True)
+
+
+def job_resources(kind):
+    """Resources of one kind of job (train / evaluate / evaluate_loglik / cpu); see
+    softtokens.config.job_resources for where partition and account come from."""
+    return site_job_resources(GRID, kind)
 
 
 def eval_model_input(wildcards):
@@ -149,6 +184,7 @@ def eval_model_arg(wildcards, input):
 
 def report_settings(wildcards):
     return json.dumps({"grid": GRID_NAME, "n_samples": EVAL["n_samples"]}, sort_keys=True)
+
 
 
 def base_model_arg(wildcards):

@@ -7,6 +7,8 @@ rule evaluate:
     params:
         settings=eval_settings,
         model_arg=eval_model_arg,
+    resources:
+        **job_resources("evaluate"),
     conda:
         "../../envs/softtokens.yaml"
     log:
@@ -15,3 +17,25 @@ rule evaluate:
         f"{RESULTS}/benchmarks/evaluate/{{model}}/{{trained}}/{{benchmark}}/{{setting}}.tsv"
     shell:
         "python -m softtokens evaluate --settings {params.settings:q} --setting {wildcards.setting} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1"
+
+
+rule evaluate_loglik:
+    """Out-of-domain multiple choice: accuracy and NLL of the correct answer (softtokens.loglik)."""
+    input:
+        model=eval_model_input,
+        data=f"{RESULTS}/data/{{benchmark}}/test.jsonl",
+    output:
+        result=f"{RESULTS}/eval/{{model}}/{{trained}}/{{benchmark}}/loglik.json",
+    params:
+        settings=loglik_settings,
+        model_arg=eval_model_arg,
+    resources:
+        **job_resources("evaluate_loglik"),
+    conda:
+        "../../envs/softtokens.yaml"
+    log:
+        f"{RESULTS}/logs/evaluate_loglik/{{model}}/{{trained}}/{{benchmark}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/evaluate_loglik/{{model}}/{{trained}}/{{benchmark}}.tsv"
+    shell:
+        "python -m softtokens evaluate-loglik --settings {params.settings:q} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1"

@@ -1,14 +1,18 @@
 rule tables:
     input:
         evals=eval_targets(),
+        loglik=loglik_targets(),
     output:
         main=report(f"{RESULTS}/tables/main.md", category="Tables", labels={"table": "main (hard inference)"}),
         main_tex=f"{RESULTS}/tables/main.tex",
         main_csv=f"{RESULTS}/tables/main.csv",
         settings=settings_table_targets(),
+        ood=ood_table_targets(),
     params:
         settings=report_settings,
         out_dir=output_parent,
+    resources:
+        **job_resources("cpu"),
     conda:
         "../../envs/softtokens.yaml"
     log:
@@ -16,7 +20,7 @@ rule tables:
     benchmark:
         f"{RESULTS}/benchmarks/report/tables.tsv"
     shell:
-        "python -m softtokens tables --settings {params.settings:q} --out-dir {params.out_dir} {input.evals} > {log} 2>&1"
+        "python -m softtokens tables --settings {params.settings:q} --out-dir {params.out_dir} {input.evals} {input.loglik} > {log} 2>&1"
 
 
 rule figures:
@@ -28,6 +32,8 @@ rule figures:
     params:
         settings=report_settings,
         out_dir=output_parent,
+    resources:
+        **job_resources("cpu"),
     conda:
         "../../envs/softtokens.yaml"
     log:

@@ -4,6 +4,8 @@ rule select_checkpoint:
         checkpoints=f"{RESULTS}/runs/{{model}}/{{dataset}}/{{mode}}/seed{{seed}}/checkpoints",
     output:
         selected=f"{RESULTS}/runs/{{model}}/{{dataset}}/{{mode}}/seed{{seed}}/selected.json",
+    resources:
+        **job_resources("cpu"),
     conda:
         "../../envs/softtokens.yaml"
     log:

@@ -7,6 +7,8 @@ rule build_toy_base:
     params:
         settings=toy_base_settings,
     threads: 2
+    resources:
+        **job_resources("cpu"),
     conda:
         "../../envs/softtokens.yaml"
     log:

@@ -11,6 +11,9 @@ rule train:
         base=base_model_arg,
         # resume state: not a declared output, so Snakemake keeps it when a job fails
         state_dir=f"{RESULTS}/runs/{{model}}/{{dataset}}/{{mode}}/seed{{seed}}/_resume",
+        launcher=train_launcher,
+    resources:
+        **job_resources("train"),
     conda:
         "../../envs/softtokens.yaml"
     log:
@@ -18,4 +21,4 @@ rule train:
     benchmark:
         f"{RESULTS}/benchmarks/train/{{model}}/{{dataset}}/{{mode}}/seed{{seed}}.tsv"
     shell:
-        "python -m softtokens train --settings {params.settings:q} --base {params.base} --train {input.train} --validation {input.validation} --state-dir {params.state_dir} --checkpoints {output.checkpoints} --metrics {output.metrics} --threads {threads} > {log} 2>&1"
+        "{params.launcher} -m softtokens train --settings {params.settings:q} --base {params.base} --train {input.train} --validation {input.validation} --state-dir {params.state_dir} --checkpoints {output.checkpoints} --metrics {output.metrics} --threads {threads} > {log} 2>&1"
