@@ -8,16 +8,19 @@ import sys
 import pytest
 import torch
 
-from softtokens.data import toy_choice_rows
+from softtokens.data import PROMPT_PREAMBLE, toy_choice_rows
 from softtokens.loglik import continuation_requests, score_rows, summarise
 
 
 def reference_loglik(model, tokenizer, context, choice):
-    ctx = tokenizer(context)["input_ids"]
-    whole = tokenizer(context + " " + choice)["input_ids"]
+    """Direct: the whole text, one sequence, no padding; continuation = tokens from the one
+    that reaches past the separating space (character offsets)."""
+    enc = tokenizer(context + " " + choice, return_offsets_mapping=True)
+    whole, offsets = enc["input_ids"], enc["offset_mapping"]
+    start = min(k for k, (_, end) in enumerate(offsets) if end > len(context) + 1)
     ids = torch.tensor([whole])
     logp = torch.log_softmax(model(input_ids=ids).logits.float()[0], -1)
-    return sum(logp[t - 1, whole[t]].item() for t in range(len(ctx), len(whole))), len(whole) - len(ctx)
+    return sum(logp[t - 1, whole[t]].item() for t in range(start, len(whole))), len(whole) - start
 
 
 def test_batched_scores_equal_the_unpadded_reference(tiny_model, toy_tokenizer):
@@ -41,6 +44,12 @@ def test_continuation_is_the_tokens_past_the_context(toy_tokenizer):
     for (_, ci, whole, n_cont) in reqs:
         assert whole[: len(ctx)] == ctx
         assert toy_tokenizer.decode(whole[-n_cont:]).strip() == row["choices"][ci]
+    # the toy BPE merges ' = ' across the boundary: the whole text's tokens are kept, the
+    # continuation is the digits only
+    merged = {"id": "m", "context": "58 + 74: 8 + 4 =", "choices": ["12", "13"], "label": 0}
+    for (_, ci, whole, n_cont) in continuation_requests(toy_tokenizer, [merged]):
+        assert whole == toy_tokenizer(merged["context"] + " " + merged["choices"][ci])["input_ids"]
+        assert toy_tokenizer.decode(whole[-n_cont:]) == merged["choices"][ci]
 
 
 def test_summary_definitions():
@@ -56,8 +65,9 @@ def test_toy_choice_rows_are_well_formed_and_seeded():
     assert rows == toy_choice_rows(50, seed=1)
     for r in rows:
         assert len(r["choices"]) == 4 and len(set(r["choices"])) == 4
-        a, b = [int(w) for w in r["context"].split() if w.isdigit()][:2]
-        assert r["choices"][r["label"]] == str(a + b)
+        x, y = r["context"].rsplit(":", 1)[1].removesuffix("=").split("+")
+        assert r["choices"][r["label"]] == str(int(x) + int(y))
+        assert r["context"].startswith(PROMPT_PREAMBLE + "User: ")
     assert len({r["label"] for r in rows}) == 4  # the gold position is shuffled
 
 

@@ -126,8 +126,11 @@ def toy_splits(train_size: int, validation_size: int, test_size: int, seed: int)
 
 
 def toy_choice_rows(size: int, seed: int) -> list[dict]:
-    """Synthetic multiple-choice rows for the toy grid's out-of-domain stage: a toy question
-    with four candidate sums (the right one, the dropped-carry slip, off by ten, off by one)."""
+    """Synthetic multiple-choice rows for the toy grid's out-of-domain stage (which stands in for
+    HellaSwag / ARC / MMLU on a laptop): the paper's prompt for a toy question and the first step
+    of its CoT, '58 + 74: 8 + 4 =', with four candidate sums of that column (the right one, off
+    by one either way, off by two). It probes the digit sums the base was supervised on, a
+    skill RL on whole answers can erode, in the format the toy model knows."""
     rng = random.Random(seed)
     rows, seen = [], set()
     while len(rows) < size:
@@ -136,12 +139,11 @@ def toy_choice_rows(size: int, seed: int) -> list[dict]:
         if q in seen:
             continue
         seen.add(q)
-        right = a + b
-        wrong = [toy_sum(a, b, forget_carry=True), right + 10, right - 1, right + 1, right - 10]
-        distractors = list(dict.fromkeys(w for w in wrong if w != right and w >= 0))[:3]
+        right = a % 10 + b % 10
+        distractors = [w for w in (right + 1, right - 1, right + 2, right - 2) if w >= 0][:3]
         choices = [right, *distractors]
         rng.shuffle(choices)
-        rows.append({"id": f"toychoice-test-{len(rows):05d}", "context": f"Question: {q}\nAnswer:",
+        rows.append({"id": f"toychoice-test-{len(rows):05d}", "context": format_prompt(q) + f"{a} + {b}: {a % 10} + {b % 10} =",
                      "choices": [str(c) for c in choices], "label": choices.index(right)})
     return rows
 
