@@ -176,6 +176,14 @@ def cmd_audit(a) -> int:
 
 
 # ---------------------------------------------------------------- parser
+def _add_model_args(c: argparse.ArgumentParser) -> None:
+    """What to evaluate: a base model or a trained run's selected checkpoint; CPU threads."""
+    g = c.add_mutually_exclusive_group(required=True)
+    g.add_argument("--model", help="base model: hub id or local directory")
+    g.add_argument("--selected", help="selected.json of a trained run")
+    c.add_argument("--threads", type=int, default=1)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="softtokens", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -210,20 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--setting", required=True)
     c.add_argument("--data", required=True)
     c.add_argument("--out", required=True)
-    g = c.add_mutually_exclusive_group(required=True)
-    g.add_argument("--model", help="base model: hub id or local directory")
-    g.add_argument("--selected", help="selected.json of a trained run")
-    c.add_argument("--threads", type=int, default=1)
+    _add_model_args(c)
     c.set_defaults(func=cmd_evaluate)
 
     c = sub.add_parser("evaluate-loglik", help="one model x multiple-choice benchmark: accuracy and NLL")
     c.add_argument("--settings", required=True)
     c.add_argument("--data", required=True)
     c.add_argument("--out", required=True)
-    g = c.add_mutually_exclusive_group(required=True)
-    g.add_argument("--model", help="base model: hub id or local directory")
-    g.add_argument("--selected", help="selected.json of a trained run")
-    c.add_argument("--threads", type=int, default=1)
+    _add_model_args(c)
     c.set_defaults(func=cmd_evaluate_loglik)
 
     c = sub.add_parser("tables", help="tables of mean ± std over seeds (md, tex, csv)")

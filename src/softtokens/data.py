@@ -38,8 +38,8 @@ class DataFormatError(ValueError):
     """A data file that cannot be read; the message names file and line."""
 
 
-def read_jsonl(path: str | Path, required: tuple[str, ...] = ("id", "question", "answer")) -> list[dict]:
-    rows = []
+def jsonl_objects(path: str | Path):
+    """(where, object) for each non-blank line of a JSONL file; 'where' is 'file:line'."""
     path = Path(path)
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
@@ -50,11 +50,17 @@ def read_jsonl(path: str | Path, required: tuple[str, ...] = ("id", "question", 
             except json.JSONDecodeError as e:
                 raise DataFormatError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
-                raise DataFormatError(f"{path}:{lineno}: expected a JSON object")
-            missing = [k for k in required if k not in row]
-            if missing:
-                raise DataFormatError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}")
-            rows.append(row)
+                raise DataFormatError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            yield f"{path}:{lineno}", row
+
+
+def read_jsonl(path: str | Path, required: tuple[str, ...] = ("id", "question", "answer")) -> list[dict]:
+    rows = []
+    for where, row in jsonl_objects(path):
+        missing = [k for k in required if k not in row]
+        if missing:
+            raise DataFormatError(f"{where}: missing field(s) {', '.join(missing)}")
+        rows.append(row)
     return rows
 
 

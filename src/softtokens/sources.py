@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from softtokens.data import DataFormatError
+from softtokens.data import DataFormatError, jsonl_objects
 
 
 class DropRow(Exception):
@@ -179,24 +179,10 @@ SOURCES: dict[str, Source] = {
 
 
 # ---------------------------------------------------------------- raw readers
-def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict]]:
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise DataFormatError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            yield f"{path}:{lineno}", row
-
-
 def _file_rows(path: Path) -> Iterator[tuple[str, dict]]:
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        yield from _jsonl_rows(path)
+        yield from jsonl_objects(path)
     elif suffix == ".json":
         try:
             data = json.loads(path.read_text())
