@@ -74,3 +74,13 @@ def test_selection_takes_best_and_earliest_on_ties(tmp_path):
     (ck / "trainer_state.json").write_text(json.dumps({"step": 40}))
     with pytest.raises(ValueError, match="holds step 40"):
         check_checkpoint(ck, 20)
+
+
+def test_hub_revision_is_none_for_a_local_model(tmp_path, tiny_model):
+    from softtokens.modeling import hub_revision, load_model
+
+    tiny_model.save_pretrained(tmp_path / "m")
+    assert hub_revision(load_model(tmp_path / "m")) is None
+    tiny_model.config._commit_hash = "0123abc"  # what transformers sets for a hub download
+    assert hub_revision(tiny_model) == "0123abc"
+    tiny_model.config._commit_hash = None

@@ -82,9 +82,9 @@ def cmd_train(a) -> None:
     prov = Provenance("train", s, inputs={"train": a.train, "validation": a.validation,
                                           **({"base_model": a.base} if base_is_path else {})},
                       seeds={"seed": cfg.seed})
-    if not base_is_path:
-        prov.add_external("base_model", a.base)
     trainer = Trainer(cfg, a.base, read_jsonl(a.train), read_jsonl(a.validation), Path(a.state_dir), a.threads)
+    if not base_is_path:  # a hub id: record the commit whose weights were loaded
+        prov.add_external("base_model", f"{a.base}@{trainer.base_revision or 'unknown revision'}")
     trainer.run()
     trainer.finish(Path(a.checkpoints), Path(a.metrics))
     if not trainer.dp.is_main:
@@ -119,11 +119,11 @@ def cmd_evaluate(a) -> None:
     model_path, inputs = _model_to_evaluate(a)
     prov = Provenance("evaluate", {**s, "setting": a.setting}, inputs={**inputs, "data": a.data},
                       seeds={"seed": s.get("seed", 0)})
-    if not inputs:
-        prov.add_external("base_model", model_path)
     result = evaluate(model_path, read_jsonl(a.data), a.setting, s["n_samples"], s["cot_max_tokens"],
                       s["answer_max_tokens"], s.get("batch_size", 64), s.get("seed", 0), s.get("dtype", "float32"),
                       a.threads)
+    if not inputs:
+        prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
     write_json(a.out, {**result, "provenance": prov.record()})
     print(f"{a.setting}: pass@1 {result['pass@1']:.3f}, pass@{result['n_samples']} "
           f"{result['pass@k'][str(result['n_samples'])]:.3f} ({result['seconds']} s)")
@@ -145,10 +145,10 @@ def cmd_evaluate_loglik(a) -> None:
     s = _settings(a.settings)
     model_path, inputs = _model_to_evaluate(a)
     prov = Provenance("evaluate_loglik", s, inputs={**inputs, "data": a.data})
-    if not inputs:
-        prov.add_external("base_model", model_path)
     rows = read_jsonl(a.data, required=("id", "context", "choices", "label"))
     result = evaluate_loglik(model_path, rows, s.get("batch_size", 32), s.get("dtype", "float32"), a.threads)
+    if not inputs:
+        prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
     write_json(a.out, {**result, "provenance": prov.record()})
     print(f"accuracy {result['accuracy']:.4f}, accuracy_norm {result['accuracy_norm']:.4f}, "
           f"NLL of the correct answer {result['nll_correct']:.3f} nats/token ({result['seconds']} s)")

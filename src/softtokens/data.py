@@ -185,7 +185,8 @@ def prepare(name: str, settings: dict, splits: tuple[str, ...] = SPLITS) -> tupl
         return {"test": toy_choice_rows(settings["test_size"], seed)}, {}
     from softtokens.sources import load_split
 
-    where = {"hub_id": settings.get("source"), "hf_config": settings.get("hf_config"), "path": settings.get("path")}
+    where = {"hub_id": settings.get("source"), "hf_config": settings.get("hf_config"), "path": settings.get("path"),
+             "revision": settings.get("revision")}
     out, reports = {}, {}
     if {"train", "validation"} & set(splits):
         rows, report = load_split(name, loader, "train", **where)

@@ -12,7 +12,7 @@ from tqdm import tqdm
 from softtokens.data import format_prompt
 from softtokens.generation import COT, INFERENCE_SETTINGS, CotEngine, is_stochastic, row_seed
 from softtokens.metrics import entropy_profile, entropy_sums, mean_pass_at_k
-from softtokens.modeling import embedding_scale, load_model, load_tokenizer, pick_device
+from softtokens.modeling import embedding_scale, hub_revision, load_model, load_tokenizer, pick_device
 from softtokens.rewards import grade
 
 
@@ -59,7 +59,7 @@ def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: in
 
     counts = [(n, c) for c in correct]
     return {
-        "setting": setting_name, "mode": setting.mode, "temperature": setting.temperature,
+        "setting": setting_name, "model_revision": hub_revision(model), "mode": setting.mode, "temperature": setting.temperature,
         "noise_factor": setting.noise_factor, "sigma": sigma, "embedding_scale": scale.as_dict(),
         "n_problems": len(rows), "n_samples": n,
         "pass@1": mean_pass_at_k(counts, 1),

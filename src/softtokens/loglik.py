@@ -21,7 +21,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from softtokens.modeling import load_model, load_tokenizer, pick_device
+from softtokens.modeling import hub_revision, load_model, load_tokenizer, pick_device
 
 
 def continuation_requests(tokenizer, rows: list[dict]) -> list[tuple[int, int, list[int], int]]:
@@ -112,7 +112,7 @@ def evaluate_loglik(model_path: str, rows: list[dict], batch_size: int = 32, dty
     model = load_model(model_path, dtype, pick_device()).eval()
     start = time.time()
     scored = score_rows(model, tokenizer, rows, batch_size)
-    return {**summarise(scored), "seconds": round(time.time() - start, 2),
+    return {**summarise(scored), "model_revision": hub_revision(model), "seconds": round(time.time() - start, 2),
             "definition": {"accuracy": "argmax over choices of the summed log-likelihood of ' ' + choice",
                            "accuracy_norm": "the same, each score divided by the choice's character length",
                            "nll_correct": "mean over rows of -(summed log-likelihood of the gold continuation) / "

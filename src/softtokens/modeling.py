@@ -65,6 +65,12 @@ def load_model(name_or_path: str | Path, dtype: str = "float32", device: str | t
     return model.to(device)
 
 
+def hub_revision(model) -> str | None:
+    """The hub commit a model was loaded from (None for a local directory), for provenance:
+    a hub id alone does not say which weights were used."""
+    return getattr(model.config, "_commit_hash", None)
+
+
 def pick_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

@@ -213,12 +213,13 @@ def _dataset_rows(ds, where: str) -> Iterator[tuple[str, dict]]:
 
 
 def read_raw(source: Source, split: str, hub_id: str | None = None, hf_config: str | None = None,
-             path: str | None = None) -> tuple[Iterator[tuple[str, dict]], str]:
+             path: str | None = None, revision: str | None = None) -> tuple[Iterator[tuple[str, dict]], str]:
     """Raw rows of one of our splits, each with where it came from, and a reference to record.
 
     ``path`` (for clusters without internet) is a file (.jsonl/.json/.parquet; ``{split}`` in it
     is replaced by the source's split name), a ``save_to_disk`` directory, or a local clone of
-    the hub repository; otherwise the rows come from the hub (``hub_id``, ``hf_config``)."""
+    the hub repository; otherwise the rows come from the hub (``hub_id``, ``hf_config``, and a
+    ``revision`` to pin a commit; the reference records it, or the cache fingerprint)."""
     src_split = source.splits[split]
     hub_id, hf_config = hub_id or source.hub_id, hf_config if hf_config is not None else source.hf_config
     if path:
@@ -239,8 +240,9 @@ def read_raw(source: Source, split: str, hub_id: str | None = None, hf_config: s
         return _dataset_rows(ds, f"{p}[{src_split}]"), f"{p}:{hf_config}[{src_split}]"
     import datasets
 
-    ds = datasets.load_dataset(hub_id, hf_config, split=src_split)
-    return _dataset_rows(ds, f"{hub_id}[{src_split}]"), f"hf://{hub_id}:{hf_config}[{src_split}]@{ds._fingerprint}"
+    ds = datasets.load_dataset(hub_id, hf_config, split=src_split, revision=revision)
+    pin = f"revision {revision}" if revision else f"fingerprint {ds._fingerprint}"
+    return _dataset_rows(ds, f"{hub_id}[{src_split}]"), f"hf://{hub_id}:{hf_config}[{src_split}] ({pin})"
 
 
 @dataclass
@@ -257,14 +259,14 @@ class LoadReport:
 
 
 def load_split(name: str, loader: str, split: str, hub_id: str | None = None, hf_config: str | None = None,
-               path: str | None = None) -> tuple[list[dict], LoadReport]:
+               path: str | None = None, revision: str | None = None) -> tuple[list[dict], LoadReport]:
     """Normalised rows of one split of a configured dataset (``name`` prefixes the ids)."""
     if loader not in SOURCES:
         raise ValueError(f"dataset {name!r}: unknown loader {loader!r} (known: {', '.join(sorted(SOURCES))}, toy, toy_mc)")
     source = SOURCES[loader]
     if split not in source.splits:
         raise ValueError(f"dataset {name!r}: {loader} has no {split!r} split (it has {', '.join(source.splits)})")
-    raw_rows, reference = read_raw(source, split, hub_id, hf_config, path)
+    raw_rows, reference = read_raw(source, split, hub_id, hf_config, path, revision)
     report, rows = LoadReport(reference), []
     for where, raw in raw_rows:
         report.read += 1

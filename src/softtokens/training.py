@@ -26,7 +26,7 @@ from tqdm import tqdm
 from softtokens.data import format_prompt
 from softtokens.distributed import DataParallel
 from softtokens.generation import CotEngine, CotSetting, row_seed
-from softtokens.modeling import EmbeddingScale, embedding_scale, load_model, load_tokenizer
+from softtokens.modeling import EmbeddingScale, embedding_scale, hub_revision, load_model, load_tokenizer
 from softtokens.provenance import atomic_dir, write_jsonl
 from softtokens.rewards import grade, reward_of_grade
 from softtokens.rloo import rloo_advantages, rloo_loss, rollout_log_probs
@@ -129,6 +129,9 @@ class Trainer:
         self.start_step = 0
         source = latest if (latest / "trainer_state.json").exists() else base_model
         self.model = load_model(source, cfg.dtype, self.device)
+        # the hub commit of the base weights (None for a local base), kept across resumes
+        self.base_revision = json.loads((latest / "trainer_state.json").read_text()).get("base_revision") \
+            if source == latest else hub_revision(self.model)
         # sigma is fixed for the run from the base model's embeddings (recorded in metrics)
         scale = EmbeddingScale(**json.loads((latest / "trainer_state.json").read_text())["embedding_scale"]) \
             if source == latest else embedding_scale(self.model, len(self.tokenizer))
@@ -241,7 +244,8 @@ class Trainer:
             self.model.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
             state = {"step": step, "best_val": self.best_val, "embedding_scale": self.embedding_scale,
-                     "sigma": self.sigma, "config": asdict(self.cfg), "base_model": str(self.base_model), **(extra or {})}
+                     "sigma": self.sigma, "config": asdict(self.cfg), "base_model": str(self.base_model),
+                     "base_revision": self.base_revision, **(extra or {})}
             (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
             if with_optimizer:
                 torch.save({"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict()}, tmp / "optimizer.pt")
