@@ -16,8 +16,11 @@ def reference_loglik(model, tokenizer, context, choice):
     """Direct: the whole text, one sequence, no padding; continuation = tokens from the one
     that reaches past the separating space (character offsets)."""
     enc = tokenizer(context + " " + choice, return_offsets_mapping=True)
-    whole, offsets = enc["input_ids"], enc["offset_mapping"]
-    start = min(k for k, (_, end) in enumerate(offsets) if end > len(context) + 1)
+    whole, offsets, ctx = enc["input_ids"], enc["offset_mapping"], tokenizer(context)["input_ids"]
+    if whole[: len(ctx)] == ctx:
+        start = len(ctx)
+    else:
+        start = min(k for k, (_, end) in enumerate(offsets) if end > len(context) + 1)
     ids = torch.tensor([whole])
     logp = torch.log_softmax(model(input_ids=ids).logits.float()[0], -1)
     return sum(logp[t - 1, whole[t]].item() for t in range(start, len(whole))), len(whole) - start
@@ -44,12 +47,19 @@ def test_continuation_is_the_tokens_past_the_context(toy_tokenizer):
     for (_, ci, whole, n_cont) in reqs:
         assert whole[: len(ctx)] == ctx
         assert toy_tokenizer.decode(whole[-n_cont:]).strip() == row["choices"][ci]
-    # the toy BPE merges ' = ' across the boundary: the whole text's tokens are kept, the
-    # continuation is the digits only
+
+
+def test_a_token_merged_across_the_boundary_stays_whole(toy_rows):
+    """With ' = ' one token (as the demo's toy BPE learns), 'x =' + ' 12' is '... = ', '1', '2':
+    the context's own tokens ('... ', '=') are not a prefix, the continuation is the digits."""
+    from softtokens.modeling import train_toy_tokenizer
+
+    tok = train_toy_tokenizer([r["cot"] for r in toy_rows["train"]], 200, whole_phrases=(" = ",))
     merged = {"id": "m", "context": "58 + 74: 8 + 4 =", "choices": ["12", "13"], "label": 0}
-    for (_, ci, whole, n_cont) in continuation_requests(toy_tokenizer, [merged]):
-        assert whole == toy_tokenizer(merged["context"] + " " + merged["choices"][ci])["input_ids"]
-        assert toy_tokenizer.decode(whole[-n_cont:]) == merged["choices"][ci]
+    assert tok(merged["context"])["input_ids"] != tok(merged["context"] + " 12")["input_ids"][:-2]
+    for (_, ci, whole, n_cont) in continuation_requests(tok, [merged]):
+        assert whole == tok(merged["context"] + " " + merged["choices"][ci])["input_ids"]
+        assert tok.decode(whole[-n_cont:]) == merged["choices"][ci] and n_cont == 2
 
 
 def test_summary_definitions():

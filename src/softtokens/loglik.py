@@ -5,8 +5,8 @@ as a change in accuracy and in the NLL of the correct answer (the paper's Table 
 For a row ``{"context", "choices", "label"}`` each choice is the continuation ``" " + choice``
 after ``context``; its score is the summed log-probability of the continuation's tokens, where
 the continuation's tokens are those of ``tokenize(context + " " + choice)`` past the
-``tokenize(context)`` prefix (lm-eval's split; the tokenizer adds its BOS as in generation),
-found by character offsets so that a token merged across the boundary stays whole.
+``tokenize(context)`` prefix (lm-eval's split; the tokenizer adds its BOS as in generation); if
+the tokenizer merges a token across that boundary, it stays whole and counts as context.
 
 - ``accuracy``: share of rows whose highest-scoring choice is the gold one (ties: first index).
 - ``accuracy_norm``: the same with each score divided by the choice's character length.
@@ -27,17 +27,22 @@ from softtokens.modeling import hub_revision, load_model, load_tokenizer, pick_d
 def continuation_requests(tokenizer, rows: list[dict]) -> list[tuple[int, int, list[int], int]]:
     """(row index, choice index, token ids of context + continuation, continuation length).
 
-    The text ``context + " " + choice`` is tokenized whole, as the model would see it; the
-    continuation is its tokens from the first one that reaches past the separating space into
-    the choice. For the hub models' tokenizers this is exactly lm-eval's split (the tokens past
-    ``tokenize(context)``); where a tokenizer merges the space into the context's last token
-    (the toy BPE's ' = '), slicing by the context's own token count would cut a token in two."""
+    The text ``context + " " + choice`` is tokenized whole, as the model would see it. As in
+    lm-eval, the continuation is its tokens past ``tokenize(context)`` when those are a prefix
+    (Llama-3 and Qwen2.5 put the space in the choice's first token, or alone before a number).
+    Where the tokenizer merges across the boundary instead (the toy BPE's ' = '), slicing by the
+    context's token count would cut a token in two: the continuation then starts at the first
+    token that reaches past the separating space, by character offsets."""
     requests = []
-    for ri, row in enumerate(rows):
+    contexts = tokenizer([r["context"] for r in rows])["input_ids"]
+    for ri, (row, ctx_ids) in enumerate(zip(rows, contexts)):
         boundary = len(row["context"]) + 1  # the choice starts after the separating space
         enc = tokenizer([row["context"] + " " + c for c in row["choices"]], return_offsets_mapping=True)
         for ci, (whole, offsets) in enumerate(zip(enc["input_ids"], enc["offset_mapping"])):
-            start = next((k for k, (_, end) in enumerate(offsets) if end > boundary), len(whole))
+            if whole[: len(ctx_ids)] == ctx_ids:
+                start = len(ctx_ids)
+            else:
+                start = next((k for k, (_, end) in enumerate(offsets) if end > boundary), len(whole))
             n_cont = len(whole) - start
             if n_cont < 1:
                 raise ValueError(f"row {row.get('id', ri)} choice {ci}: the continuation has no tokens of its own")
