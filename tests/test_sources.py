@@ -124,6 +124,7 @@ def test_local_copies_read_like_the_jsonl(tmp_path, monkeypatch):
     from_clone, reports = prepare("gsm8k", {"loader": "gsm8k", "path": str(tmp_path / "clone"), "validation_size": 1,
                                             "seed": 0})
     assert from_clone == reference and reports["test"]["reference"].endswith(":main[test]")
+    assert reports["test"]["local_path"] == str(tmp_path / "clone")
     parquet = tmp_path / "clone" / "main" / "{split}-00000-of-00001.parquet"
     from_parquet, _ = prepare("gsm8k", {"loader": "gsm8k", "path": str(parquet), "validation_size": 1, "seed": 0})
     assert from_parquet == reference

@@ -29,9 +29,8 @@ def cmd_prepare_data(a) -> None:
     prov = Provenance("prepare_data", {**s, "splits": list(splits)}, seeds={"seed": s.get("seed")})
     prepared, reports = prepare(a.dataset, s, splits)
     for split, report in reports.items():
-        local = report["reference"].split("[")[0]
-        if s.get("path") and Path(local).exists():
-            prov.add_input(f"source_{split}", local)
+        if report["local_path"]:  # a local copy: hashed (a file, or every file of a directory)
+            prov.add_input(f"source_{split}", report["local_path"])
         else:
             prov.add_external(f"source_{split}", report["reference"])
     out = Path(a.out_dir)

@@ -250,12 +250,13 @@ class LoadReport:
     """What happened to the raw rows of one split: read, kept, dropped by reason."""
 
     reference: str
+    local_path: str | None = None       # the file or directory read, when not the hub
     read: int = 0
     kept: int = 0
     dropped: Counter = field(default_factory=Counter)
 
     def as_dict(self) -> dict:
-        return {"reference": self.reference, "read": self.read, "kept": self.kept, "dropped": dict(self.dropped)}
+        return {"reference": self.reference, "local_path": self.local_path, "read": self.read, "kept": self.kept, "dropped": dict(self.dropped)}
 
 
 def load_split(name: str, loader: str, split: str, hub_id: str | None = None, hf_config: str | None = None,
@@ -267,7 +268,8 @@ def load_split(name: str, loader: str, split: str, hub_id: str | None = None, hf
     if split not in source.splits:
         raise ValueError(f"dataset {name!r}: {loader} has no {split!r} split (it has {', '.join(source.splits)})")
     raw_rows, reference = read_raw(source, split, hub_id, hf_config, path, revision)
-    report, rows = LoadReport(reference), []
+    local = str(path).replace("{split}", source.splits[split]) if path else None
+    report, rows = LoadReport(reference, local), []
     for where, raw in raw_rows:
         report.read += 1
         try:
