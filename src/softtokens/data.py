@@ -140,8 +140,8 @@ def toy_choice_rows(size: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
     rows, seen = [], set()
     while len(rows) < size:
-        a, b = rng.randint(10, 99), rng.randint(10, 99)
-        q = rng.choice(_TEMPLATES).format(name=rng.choice(_NAMES), item=rng.choice(_ITEMS), a=a, b=b)
+        problem = toy_problem(rng, pid="")
+        (a, b), q = problem["operands"], problem["question"]
         if q in seen:
             continue
         seen.add(q)

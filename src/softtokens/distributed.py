@@ -29,15 +29,18 @@ class DataParallel:
 
     @property
     def device(self) -> torch.device:
-        if self.world == 1:
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return self.state.device
+        from softtokens.modeling import pick_device
+
+        return pick_device() if self.world == 1 else self.state.device
+
+    def _block(self, rank: int, n: int) -> slice:
+        per, extra = divmod(n, self.world)
+        start = rank * per + min(rank, extra)
+        return slice(start, start + per + (1 if rank < extra else 0))
 
     def shard(self, n: int) -> slice:
         """This process's contiguous block of ``n`` rows (blocks differ by at most one row)."""
-        per, extra = divmod(n, self.world)
-        start = self.rank * per + min(self.rank, extra)
-        return slice(start, start + per + (1 if self.rank < extra else 0))
+        return self._block(self.rank, n)
 
     def gather_rows(self, local: torch.Tensor, n: int) -> torch.Tensor:
         """The full (n, ...) tensor from each process's ``shard(n)`` block, in global order."""
@@ -50,8 +53,8 @@ class DataParallel:
         padded[: local.shape[0]] = local
         parts = [torch.empty_like(padded) for _ in range(self.world)]
         dist.all_gather(parts, padded)
-        sizes = [divmod(n, self.world)[0] + (1 if r < n % self.world else 0) for r in range(self.world)]
-        return torch.cat([p[:s] for p, s in zip(parts, sizes)])
+        blocks = [self._block(r, n) for r in range(self.world)]
+        return torch.cat([p[: b.stop - b.start] for p, b in zip(parts, blocks)])
 
     def sum(self, values: list[float], device: torch.device) -> list[float]:
         """Element-wise sum of a list of numbers over processes."""

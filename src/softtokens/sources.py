@@ -213,8 +213,9 @@ def _dataset_rows(ds, where: str) -> Iterator[tuple[str, dict]]:
 
 
 def read_raw(source: Source, split: str, hub_id: str | None = None, hf_config: str | None = None,
-             path: str | None = None, revision: str | None = None) -> tuple[Iterator[tuple[str, dict]], str]:
-    """Raw rows of one of our splits, each with where it came from, and a reference to record.
+             path: str | None = None, revision: str | None = None) -> tuple[Iterator[tuple[str, dict]], str, str | None]:
+    """Raw rows of one of our splits, each with where it came from; a reference to record; the
+    local file or directory read (None for the hub).
 
     ``path`` (for clusters without internet) is a file (.jsonl/.json/.parquet; ``{split}`` in it
     is replaced by the source's split name), a ``save_to_disk`` directory, or a local clone of
@@ -227,22 +228,22 @@ def read_raw(source: Source, split: str, hub_id: str | None = None, hf_config: s
         if not p.exists():
             raise FileNotFoundError(f"{p}: local copy of {hub_id} ({split} split) not found")
         if p.is_file():
-            return _file_rows(p), str(p)
+            return _file_rows(p), str(p), str(p)
         if (p / "dataset_dict.json").exists() or (p / "state.json").exists():
             import datasets
 
             ds = datasets.load_from_disk(str(p))
             ds = ds[src_split] if isinstance(ds, datasets.DatasetDict) else ds
-            return _dataset_rows(ds, f"{p}[{src_split}]"), f"{p}[{src_split}]"
+            return _dataset_rows(ds, f"{p}[{src_split}]"), f"{p}[{src_split}]", str(p)
         import datasets
 
         ds = datasets.load_dataset(str(p), hf_config, split=src_split)
-        return _dataset_rows(ds, f"{p}[{src_split}]"), f"{p}:{hf_config}[{src_split}]"
+        return _dataset_rows(ds, f"{p}[{src_split}]"), f"{p}:{hf_config}[{src_split}]", str(p)
     import datasets
 
     ds = datasets.load_dataset(hub_id, hf_config, split=src_split, revision=revision)
     pin = f"revision {revision}" if revision else f"fingerprint {ds._fingerprint}"
-    return _dataset_rows(ds, f"{hub_id}[{src_split}]"), f"hf://{hub_id}:{hf_config}[{src_split}] ({pin})"
+    return _dataset_rows(ds, f"{hub_id}[{src_split}]"), f"hf://{hub_id}:{hf_config}[{src_split}] ({pin})", None
 
 
 @dataclass
@@ -256,7 +257,8 @@ class LoadReport:
     dropped: Counter = field(default_factory=Counter)
 
     def as_dict(self) -> dict:
-        return {"reference": self.reference, "local_path": self.local_path, "read": self.read, "kept": self.kept, "dropped": dict(self.dropped)}
+        return {"reference": self.reference, "local_path": self.local_path, "read": self.read, "kept": self.kept,
+                "dropped": dict(self.dropped)}
 
 
 def load_split(name: str, loader: str, split: str, hub_id: str | None = None, hf_config: str | None = None,
@@ -267,8 +269,7 @@ def load_split(name: str, loader: str, split: str, hub_id: str | None = None, hf
     source = SOURCES[loader]
     if split not in source.splits:
         raise ValueError(f"dataset {name!r}: {loader} has no {split!r} split (it has {', '.join(source.splits)})")
-    raw_rows, reference = read_raw(source, split, hub_id, hf_config, path, revision)
-    local = str(path).replace("{split}", source.splits[split]) if path else None
+    raw_rows, reference, local = read_raw(source, split, hub_id, hf_config, path, revision)
     report, rows = LoadReport(reference, local), []
     for where, raw in raw_rows:
         report.read += 1

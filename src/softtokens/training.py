@@ -127,14 +127,14 @@ class Trainer:
         self.tokenizer = load_tokenizer(base_model)
         latest = self.state_dir / "latest"
         self.start_step = 0
-        source = latest if (latest / "trainer_state.json").exists() else base_model
-        self.model = load_model(source, cfg.dtype, self.device)
+        resumed = (latest / "trainer_state.json").exists()
+        state = json.loads((latest / "trainer_state.json").read_text()) if resumed else {}
+        self.model = load_model(latest if resumed else base_model, cfg.dtype, self.device)
         # the hub commit of the base weights (None for a local base), kept across resumes
-        self.base_revision = json.loads((latest / "trainer_state.json").read_text()).get("base_revision") \
-            if source == latest else hub_revision(self.model)
+        self.base_revision = state.get("base_revision") if resumed else hub_revision(self.model)
         # sigma is fixed for the run from the base model's embeddings (recorded in metrics)
-        scale = EmbeddingScale(**json.loads((latest / "trainer_state.json").read_text())["embedding_scale"]) \
-            if source == latest else embedding_scale(self.model, len(self.tokenizer))
+        scale = EmbeddingScale(**state["embedding_scale"]) if resumed \
+            else embedding_scale(self.model, len(self.tokenizer))
         self.embedding_scale = scale.as_dict()
         self.sigma = scale.sigma(cfg.cot_setting.noise_factor)  # 0 for hard runs
         self.engine = CotEngine(self.model, self.tokenizer)
@@ -144,8 +144,7 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
         self.metrics: list[dict] = []
         self.best_val = -1.0
-        if source == latest:
-            state = json.loads((latest / "trainer_state.json").read_text())
+        if resumed:
             opt_state = torch.load(latest / "optimizer.pt", map_location=self.device, weights_only=True)
             self.opt.load_state_dict(opt_state["optimizer"])
             self.sched.load_state_dict(opt_state["scheduler"])

@@ -8,7 +8,6 @@ from snakemake.utils import validate
 
 from softtokens.config import cell_rl, check_config, resolved_rl
 from softtokens.config import job_resources as site_job_resources
-from softtokens.sources import loader_kind
 
 
 # our check first: its messages name the key ('grids.toy.rl.steps'); then Snakemake's own
