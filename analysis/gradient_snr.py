@@ -49,7 +49,7 @@ def main(model_dir, k=8, b=8, g=8):
         for i in range(k):
             r = engine.generate(prompts, cfg.cot_setting, sigma, [row_seed(99, i, j) for j in range(len(prompts))],
                                 80, 8, answer_temperature=1.0)
-            rewards = torch.tensor([reward_of_grade(*grade(c, y)) for c, y in zip(r.completions, golds)])
+            rewards = torch.tensor([reward_of_grade(grade(c, y)) for c, y in zip(r.completions, golds)])
             adv = rloo_advantages(rewards.view(b, g)).flatten()
             for which in ("cot", "answer"):
                 ge, gr = grads(model, r, adv, sigma, which)

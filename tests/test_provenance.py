@@ -67,6 +67,7 @@ def test_selection_takes_best_and_earliest_on_ties(tmp_path):
                {"kind": "validation", "step": 60, "val_greedy_accuracy": 0.5}]
     chosen = select_best(metrics)
     assert chosen["step"] == 20 and chosen["val_greedy_accuracy"] == 0.6
+    assert chosen["base_val_greedy_accuracy"] == 0.3 and chosen["improved_over_base"] is True
     with pytest.raises(ValueError):
         select_best([{"kind": "train", "step": 1}])
     ck = tmp_path / "best"
@@ -74,6 +75,22 @@ def test_selection_takes_best_and_earliest_on_ties(tmp_path):
     (ck / "trainer_state.json").write_text(json.dumps({"step": 40}))
     with pytest.raises(ValueError, match="holds step 40"):
         check_checkpoint(ck, 20)
+
+
+def test_selection_never_picks_the_base_model():
+    """A run whose training only hurt still reports its best trained step, flagged as below the base."""
+    metrics = [{"kind": "validation", "step": 0, "val_greedy_accuracy": 0.52},
+               {"kind": "validation", "step": 8, "val_greedy_accuracy": 0.41},
+               {"kind": "validation", "step": 16, "val_greedy_accuracy": 0.47},
+               {"kind": "validation", "step": 24, "val_greedy_accuracy": 0.47}]
+    chosen = select_best(metrics)
+    assert chosen["step"] == 16 and chosen["val_greedy_accuracy"] == 0.47
+    assert chosen["base_val_greedy_accuracy"] == 0.52 and chosen["improved_over_base"] is False
+    assert chosen["validated_steps"] == [0, 8, 16, 24]               # the base's validation stays beside it
+    tie = select_best(metrics[:1] + [{"kind": "validation", "step": 8, "val_greedy_accuracy": 0.52}])
+    assert tie["step"] == 8 and tie["improved_over_base"] is False   # equal is not an improvement
+    with pytest.raises(ValueError, match="trained"):
+        select_best(metrics[:1])                                     # only the base was validated
 
 
 def test_hub_revision_is_none_for_a_local_model(tmp_path, tiny_model):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from softtokens.data import DataFormatError, prepare
-from softtokens.sources import SOURCES, last_boxed
+from softtokens.sources import SOURCES, clean_gold, last_boxed
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -51,7 +51,7 @@ def test_math_gold_is_last_boxed_of_solution():
 def test_deepscaler_and_math500():
     out, reports = prepare("deepscaler", settings("deepscaler", validation_size=1), ("train", "validation"))
     assert sorted(answers(out["train"] + out["validation"])) == ["1", "13", "6", "8"]  # $1$ unwrapped
-    assert reports["train"]["dropped"] == {"empty answer": 1}
+    assert reports["train"]["dropped"] == {"empty answer": 1, "gold is prose, not math": 1}
     with pytest.raises(ValueError, match="no 'test' split"):
         prepare("deepscaler", settings("deepscaler", validation_size=1), ("test",))
     out, _ = prepare("math500", settings("math500"), ("test",))
@@ -61,9 +61,33 @@ def test_deepscaler_and_math500():
 
 def test_olympiadbench_final_answer_list():
     out, reports = prepare("olympiadbench", settings("olympiadbench"), ("test",))
-    assert answers(out["test"]) == ["8", "-2, 2", "9"]
+    assert answers(out["test"]) == ["8", "-2, 2", "9", "13,21", "(-\\infty, 2] \\cup\\{5\\}", "q_{min}=2 n-3"]
     assert out["test"][2]["unit"] == "$\\mathrm{~cm}^2$"
-    assert reports["test"]["dropped"] == {"empty final_answer": 1} and reports["test"]["read"] == 4
+    assert reports["test"]["read"] == 10 and reports["test"]["dropped"] == {
+        "empty final_answer": 1, "gold unreadable by math-verify": 1, "gold is prose, not math": 1,
+        "gold ends in a variable math-verify strips as a unit": 1}
+
+
+def test_every_kept_gold_earns_the_full_reward_boxed():
+    """What prepare-data guarantees for every math row it keeps, whatever the source."""
+    from softtokens.rewards import reward
+
+    for loader, splits in (("gsm8k", ("train", "validation", "test")), ("math", ("train", "validation", "test")),
+                           ("deepscaler", ("train", "validation")), ("math500", ("test",)),
+                           ("olympiadbench", ("test",))):
+        out, _ = prepare(loader, settings(loader, validation_size=1), splits)
+        for rows in out.values():
+            for r in rows:
+                assert reward(" \\boxed{" + r["answer"] + "}.", r["answer"]) == 100.0, (loader, r["answer"])
+
+
+def test_clean_gold():
+    assert clean_gold("$69$,$84$") == "69,84"                       # OlympiadBench's several answers in one
+    assert clean_gold("$f(n)=n$, $g(n)=1$") == "f(n)=n, g(n)=1"
+    assert clean_gold("\\$18.90") == "\\$18.90"                      # an escaped dollar sign stays
+    assert clean_gold("$(-\\infty, 0) \\cup\\{1\\}$.") == "(-\\infty, 0) \\cup\\{1\\}"  # a trailing period goes
+    assert clean_gold("m_{\\max }=n^{2}-n-1") == "m_{max}=n^{2}-n-1"
+    assert clean_gold(" $$\\frac{1}{2}$$ ") == "\\frac{1}{2}"
 
 
 def test_multiple_choice_loaders():
@@ -152,3 +176,11 @@ def test_cli_prepare_data_records_counts_and_hashes(tmp_path):
     prov = json.loads((tmp_path / "test.jsonl.prov.json").read_text())
     assert prov["inputs"]["source_test"]["sha256"] and prov["rows"] == 3
     assert prov["source_reports"]["test"]["dropped"] == {"answer not an index into choices": 1}
+
+    s = json.dumps(settings("olympiadbench"))
+    res = subprocess.run([sys.executable, "-m", "softtokens", "prepare-data", "--dataset", "olympiadbench", "--settings",
+                          s, "--out-dir", str(tmp_path), "--splits", "test"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "1 gold unreadable by math-verify" in res.stdout and "1 gold is prose, not math" in res.stdout
+    prov = json.loads((tmp_path / "test.jsonl.prov.json").read_text())
+    assert prov["source_reports"]["test"]["dropped"]["gold ends in a variable math-verify strips as a unit"] == 1

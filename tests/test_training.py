@@ -71,6 +71,41 @@ def test_resume_after_a_crash_continues_the_same_run(base, toy_rows, tmp_path):
     assert not (tmp_path / "resumed" / "_resume").exists()
 
 
+def test_best_checkpoint_is_a_trained_step(base, toy_rows, tmp_path):
+    """The base model is validated at step 0 as the reference, never kept as 'best' (the untrained
+    tiny model ties at every validation, which used to leave step 0 as the best)."""
+    from softtokens.selection import check_checkpoint, select_best
+
+    cfg = TrainConfig(**CFG)
+    trainer = run_in_process(base, toy_rows, tmp_path, cfg)
+    vals = [m for m in trainer.metrics if m["kind"] == "validation"]
+    assert [m["step"] for m in vals] == [0, 1, 2, 3]
+    best = json.loads((tmp_path / "checkpoints" / "best" / "trainer_state.json").read_text())
+    chosen = select_best(trainer.metrics)
+    assert best["step"] == chosen["step"] >= 1
+    assert best["base_val"] == vals[0]["val_greedy_accuracy"] == chosen["base_val_greedy_accuracy"]
+    check_checkpoint(tmp_path / "checkpoints" / "best", chosen["step"])
+    assert all(m["grading_timeouts"] == 0 for m in train_rows(trainer.metrics))
+
+
+def test_sigma_of_a_trained_checkpoint_comes_from_its_base(base, toy_rows, tmp_path):
+    """The rule training, validation and evaluation share (modeling.noise_scale): sigma is set by
+    the base model's E, so a trained model is tested at the noise level it was trained with."""
+    from softtokens.evaluation import evaluate
+    from softtokens.modeling import embedding_scale, load_model, noise_scale
+
+    trainer = run_in_process(base, toy_rows, tmp_path, TrainConfig(**{**CFG, "lr": 1e-2}))
+    ckpt = tmp_path / "checkpoints" / "best"
+    own = embedding_scale(load_model(ckpt))
+    base_scale, source = noise_scale(ckpt, None)
+    assert source.startswith("base model's E") and base_scale.as_dict() == trainer.embedding_scale
+    assert own.rms_coordinate != pytest.approx(base_scale.rms_coordinate, rel=1e-4)  # E has moved in training
+    result = evaluate(str(ckpt), toy_rows["test"][:2], "soft_sample", 2, 6, 2, 4, seed=0)
+    assert result["sigma"] == pytest.approx(trainer.sigma) and result["sigma_source"] == source
+    base_result = evaluate(str(base / "model"), toy_rows["test"][:2], "soft_sample", 2, 6, 2, 4, seed=0)
+    assert base_result["sigma"] == pytest.approx(trainer.sigma) and base_result["sigma_source"] == "this base model's E"
+
+
 def cli_train(base, out: Path, cfg: dict, processes: int) -> subprocess.CompletedProcess:
     args = ["-m", "softtokens", "train", "--settings", json.dumps(cfg), "--base", str(base / "model"),
             "--train", str(base / "train.jsonl"), "--validation", str(base / "validation.jsonl"),

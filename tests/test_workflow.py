@@ -119,7 +119,8 @@ def test_tiny_dag_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     res = tmp_path / "results" / "toy"
     for p in ("tables/main.md", "tables/main.tex", "tables/main.csv", "tables/settings_toyarith.md",
-              "figures/training_toy_toyarith.png", "figures/entropy_toy_toyarith.png", "figures/passk_toy_toyarith.png",
+              "figures/training_toy_toyarith.png", "figures/entropy_toy_toyarith_toyarith.png",
+              "figures/passk_toy_toyarith_toyarith.png",
               "runs/toy/toyarith/fuzzy/seed0/selected.json", "eval/toy/base/toyarith/fuzzy_sample.json",
               "tables/ood.md", "tables/ood.csv", "eval/toy/toyarith-hard-seed0/toychoice/loglik.json"):
         assert (res / p).exists(), p

@@ -88,7 +88,8 @@ def cmd_train(a) -> None:
     trainer.finish(Path(a.checkpoints), Path(a.metrics))
     if not trainer.dp.is_main:
         return  # the main process writes the outputs and their provenance
-    extra = {"embedding_scale": trainer.embedding_scale, "sigma": trainer.sigma, "best_val": trainer.best_val}
+    extra = {"embedding_scale": trainer.embedding_scale, "sigma": trainer.sigma, "best_val": trainer.best_val,
+             "base_val": trainer.base_val}
     prov.write_sidecar(a.metrics, extra=extra)
     for name in ("best", "latest"):
         prov.write_sidecar(Path(a.checkpoints) / name, extra=extra)
@@ -101,7 +102,8 @@ def cmd_select(a) -> None:
 
     metrics = [json.loads(x) for x in Path(a.metrics).read_text().splitlines() if x.strip()]
     best_ckpt = Path(a.checkpoints) / "best"
-    prov = Provenance("select_checkpoint", {"rule": "max greedy validation accuracy, earliest step on ties"},
+    prov = Provenance("select_checkpoint", {"rule": "max greedy validation accuracy over trained steps (>= 1), "
+                                                    "earliest step on ties; step 0 (the base) is the reference"},
                       inputs={"metrics": a.metrics, "checkpoints": a.checkpoints})
     chosen = select_best(metrics)
     check_checkpoint(best_ckpt, chosen["step"])
@@ -113,6 +115,7 @@ def cmd_evaluate(a) -> None:
     from softtokens.data import read_jsonl
     from softtokens.evaluation import evaluate
     from softtokens.provenance import Provenance, write_json
+    from softtokens.rewards import GRADING_TIMEOUT_S
 
     s = _settings(a.settings)
     model_path, inputs = _model_to_evaluate(a)
@@ -120,12 +123,17 @@ def cmd_evaluate(a) -> None:
                       seeds={"seed": s.get("seed", 0)})
     result = evaluate(model_path, read_jsonl(a.data), a.setting, s["n_samples"], s["cot_max_tokens"],
                       s["answer_max_tokens"], s.get("batch_size", 64), s.get("seed", 0), s.get("dtype", "float32"),
-                      a.threads)
+                      a.threads, s.get("grading_timeout_s", GRADING_TIMEOUT_S))
+    if a.selected:  # which checkpoint produced these numbers, and how it compared with its base
+        chosen = json.loads(Path(a.selected).read_text())
+        result["selection"] = {k: chosen.get(k) for k in ("step", "val_greedy_accuracy", "base_val_greedy_accuracy",
+                                                           "improved_over_base")}
     if not inputs:
         prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
     write_json(a.out, {**result, "provenance": prov.record()})
     print(f"{a.setting}: pass@1 {result['pass@1']:.3f}, pass@{result['n_samples']} "
-          f"{result['pass@k'][str(result['n_samples'])]:.3f} ({result['seconds']} s)")
+          f"{result['pass@k'][str(result['n_samples'])]:.3f}, grading time-outs {result['grading_timeouts']} "
+          f"({result['seconds']} s); sigma {result['sigma']:.4g} from the {result['sigma_source']}")
 
 
 def _model_to_evaluate(a) -> tuple[str, dict]:

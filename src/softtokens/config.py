@@ -57,6 +57,8 @@ def check_config(config: dict) -> None:
         for d in datasets:
             if "-" in d:  # eval paths name a trained run '{dataset}-{mode}-seed{seed}'
                 raise ConfigError(f"'grids.{name}.datasets.{d}': a dataset name cannot contain '-'")
+            if d in ("base", "none"):  # 'base' names a base-only figure, 'none' the base in tables
+                raise ConfigError(f"'grids.{name}.datasets.{d}': {d!r} is reserved, pick another dataset name")
         seen = set()
         for i, cell in enumerate(grid["training"]):
             where = f"'grids.{name}.training.{i}"

@@ -177,7 +177,11 @@ def prepare(name: str, settings: dict, splits: tuple[str, ...] = SPLITS) -> tupl
     read (where from, rows read, kept and dropped by reason) for the provenance record."""
     loader, seed = settings["loader"], settings.get("seed", 0)
     if loader == "toy":
+        from softtokens.sources import check_generated_golds
+
         made = toy_splits(settings["train_size"], settings["validation_size"], settings["test_size"], seed)
+        for split in splits:
+            check_generated_golds(name, made[split])
         return {s: made[s] for s in splits}, {}
     if loader == "toy_mc":
         if set(splits) != {"test"}:

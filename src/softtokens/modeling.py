@@ -3,6 +3,7 @@ embedding scale that sets the soft-token noise, and the toy Llama built from scr
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,22 @@ def embedding_scale(model, vocab_rows: int | None = None) -> EmbeddingScale:
     ms_norm = rows.pow(2).sum(-1).mean().item()
     return EmbeddingScale(rms_norm=ms_norm ** 0.5, rms_coordinate=(ms_norm / rows.shape[1]) ** 0.5,
                           rows=rows.shape[0], dim=rows.shape[1])
+
+
+def noise_scale(model_path: str | Path, model, vocab_rows: int | None = None) -> tuple[EmbeddingScale, str]:
+    """The embedding scale that sets sigma for a model, and where it came from.
+
+    The rule, the same for training rollouts, validation and test evaluation: sigma comes from the
+    *base* model's E. A training checkpoint records its base's scale in trainer_state.json (fixed
+    at the start of the run, kept across resumes); a base model (hub id or local directory
+    without that record) is measured. So every model of a family decodes with the noise level
+    its training used, and a table compares weights, not noise levels."""
+    state = Path(model_path) / "trainer_state.json"
+    if state.is_file():
+        recorded = json.loads(state.read_text()).get("embedding_scale")
+        if recorded:
+            return EmbeddingScale(**recorded), "base model's E (recorded in the checkpoint's trainer_state.json)"
+    return embedding_scale(model, vocab_rows), "this base model's E"
 
 
 def load_tokenizer(name_or_path: str):

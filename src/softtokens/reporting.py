@@ -29,13 +29,22 @@ def parse_eval_path(path: Path) -> dict:
             "benchmark": benchmark, "setting": setting}
 
 
+def _below_base(result: dict) -> bool:
+    """The evaluated checkpoint scored below its base model on greedy validation (selection
+    never picks the base itself, so a run that only hurt reports its best trained step)."""
+    sel = result.get("selection") or {}
+    base = sel.get("base_val_greedy_accuracy")
+    return base is not None and sel.get("val_greedy_accuracy") is not None and sel["val_greedy_accuracy"] < base
+
+
 def load_eval_frame(paths: list[Path]) -> pd.DataFrame:
     rows = []
     for p in paths:
         res = json.loads(Path(p).read_text())
         n = res["n_samples"]
         rows.append({**parse_eval_path(Path(p)), "pass@1": 100 * res["pass@1"], "pass@n": 100 * res["pass@k"][str(n)],
-                     "n": n, "mean_cot_length": res["mean_cot_length"], "path": str(p)})
+                     "n": n, "mean_cot_length": res["mean_cot_length"], "below_base": _below_base(res),
+                     "path": str(p)})
     return pd.DataFrame(rows)
 
 
@@ -45,7 +54,7 @@ def load_loglik_frame(paths: list[Path]) -> pd.DataFrame:
         res = json.loads(Path(p).read_text())
         rows.append({**parse_eval_path(Path(p)), "accuracy": 100 * res["accuracy"],
                      "accuracy_norm": 100 * res["accuracy_norm"], "nll_correct": res["nll_correct"],
-                     "n_problems": res["n_problems"], "path": str(p)})
+                     "n_problems": res["n_problems"], "below_base": _below_base(res), "path": str(p)})
     return pd.DataFrame(rows)
 
 
@@ -69,8 +78,23 @@ def _mean_std(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
     return out
 
 
+BELOW_BASE_MARK = "†"
+
+
 def _training_label(row) -> str:
     return "no finetune" if row["train_mode"] == "none" else f"{row['train_dataset']} {row['train_mode']}"
+
+
+def below_base_note(df: pd.DataFrame) -> str:
+    """The footnote for table rows marked BELOW_BASE_MARK, naming each row and its seeds."""
+    marked = df[df.below_base].groupby(["model", "train_dataset", "train_mode"]).seed.unique()
+    if marked.empty:
+        return ""
+    seeds = df.groupby(["model", "train_dataset", "train_mode"]).seed.nunique()
+    rows = "; ".join(f"{m} {d} {mode}: seed {', '.join(map(str, sorted(s)))} of {seeds[(m, d, mode)]}"
+                     for (m, d, mode), s in marked.items())
+    return (f" {BELOW_BASE_MARK} The selected checkpoint (best greedy validation among trained steps; the base "
+            f"model at step 0 is never selected) scored below the base model on greedy validation for: {rows}.")
 
 
 def _order(df: pd.DataFrame) -> pd.DataFrame:
@@ -113,14 +137,16 @@ def _wide(df: pd.DataFrame, cols: dict, by_benchmark: bool = True, digits: int =
             rec[col] = f"{r['mean']:.{digits}f}±{r['std']:.{digits}f}"
             rec["_seeds"] = int(r["count"])
     table = _order(pd.DataFrame(records.values()))
-    table.insert(1, "training", table.apply(_training_label, axis=1))
+    below = set(map(tuple, df.loc[df.below_base, keys].drop_duplicates().itertuples(index=False)))
+    table.insert(1, "training", table.apply(
+        lambda r: _training_label(r) + (f" {BELOW_BASE_MARK}" if tuple(r[k] for k in keys) in below else ""), axis=1))
     table = table.drop(columns=["train_dataset", "train_mode"]).rename(columns={"_seeds": "seeds"})
     return table[["model", "training", "seeds"] + [c for c in table.columns if c not in ("model", "training", "seeds")]]
 
 
 def _to_latex(table: pd.DataFrame, caption: str) -> str:
     body = table.to_latex(index=False, escape=True)
-    body = body.replace("±", r"$\pm$")
+    body = body.replace("±", r"$\pm$").replace(BELOW_BASE_MARK, r"$^\dagger$")
     return "\\begin{table}[ht]\\centering\\footnotesize\n" + body + f"\\caption{{{caption}}}\n\\end{{table}}\n"
 
 
@@ -140,14 +166,17 @@ def write_tables(eval_paths: list[Path], out_dir: Path, settings: dict) -> None:
     prov = Provenance("tables", settings, inputs={p.as_posix(): p for p in eval_paths})
     loglik_paths = [p for p in eval_paths if p.stem == "loglik"]
     if loglik_paths:
-        write_table(ood_table(load_loglik_frame(loglik_paths)), out_dir, "ood", OOD_CAPTION, prov)
+        ood = load_loglik_frame(loglik_paths)
+        write_table(ood_table(ood), out_dir, "ood", OOD_CAPTION + below_base_note(ood), prov)
     df = load_eval_frame([p for p in eval_paths if p.stem != "loglik"])
+    note = below_base_note(df)
     caption = ("Hard inference (CoT greedy tau=0 / sampled tau=1, answers greedy): pass@1 and pass@n in %, "
-               "mean ± std over seeds (sample std).")
+               "mean ± std over seeds (sample std)." + note)
     write_table(main_table(df), out_dir, "main", caption, prov)
     for bench in sorted(df.benchmark.unique()):
         write_table(settings_table(df, bench), out_dir, f"settings_{bench}",
-                    f"{bench}: all six inference settings, pass@1 and pass@n in %, mean ± std over seeds.", prov)
+                    f"{bench}: all six inference settings, pass@1 and pass@n in %, mean ± std over seeds." + note,
+                    prov)
     long = _mean_std(df, ["model", "train_dataset", "train_mode", "benchmark", "setting"], "pass@1")
     write_text(out_dir / "pass1_long.csv", long.to_csv(index=False))
     prov.write_sidecar(out_dir / "pass1_long.csv")
@@ -201,51 +230,71 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
         _save_fig(fig, out_dir / f"training_{model}_{dataset}.png", prov)
         plt.close(fig)
 
-    curves = []
-    for p in eval_paths:
-        res = json.loads(p.read_text())
-        if res["n_samples"] > 1:
-            keys = parse_eval_path(p)
-            curves += [{**keys, "k": int(k), "pass@k (%)": 100 * v} for k, v in res["pass@k"].items()]
-    passk = pd.DataFrame(curves)
-    if not passk.empty:
-        for (model, bench), sub in passk.groupby(["model", "benchmark"]):
-            settings_present = [s for s in SETTING_ORDER if s in set(sub.setting)]
-            fig, axes = plt.subplots(1, len(settings_present), figsize=(3.6 * len(settings_present), 3.2),
-                                     sharey=True, squeeze=False)
-            for ax, setting in zip(axes[0], settings_present):
-                s = sub[sub.setting == setting]
-                sns.lineplot(s, x="k", y="pass@k (%)", hue="train_mode", marker="o", ax=ax, errorbar="sd",
-                             hue_order=[m for m in MODE_ORDER if m in set(s.train_mode)], legend=ax is axes[0][0])
-                ks = sorted(s.k.unique())
-                ax.set_xscale("log", base=2)
-                ax.set_xticks(ks, [str(k) for k in ks])
-                ax.minorticks_off()
-                ax.set(title=setting.replace("_", " "), xlabel="k")
-            fig.suptitle(f"pass@k of {model} on {bench} (mean ± sd over seeds; none = base model)", y=1.04)
-            _save_fig(fig, out_dir / f"passk_{model}_{bench}.png", prov)
+    evals = [(parse_eval_path(p), json.loads(p.read_text())) for p in eval_paths]
+    palette = dict(zip(MODE_ORDER, sns.color_palette(n_colors=len(MODE_ORDER))))
+    points = pd.DataFrame([{**keys, "k": int(k), "pass@k (%)": 100 * v}
+                           for keys, res in evals for k, v in res["pass@k"].items()])
+    if not points.empty:
+        for (model, dataset, bench), sub in figure_groups(points):
+            fig = passk_figure(plt, sns, sub, palette)
+            fig.suptitle(f"pass@k of {model} trained on {dataset} ({bench}; mean ± sd over seeds; none = base "
+                         "model; triangles: greedy pass@1)", y=1.04)
+            _save_fig(fig, out_dir / f"passk_{model}_{dataset}_{bench}.png", prov)
             plt.close(fig)
 
-    evals = []
-    for p in eval_paths:
-        res = json.loads(p.read_text())
-        keys = parse_eval_path(p)
-        for pos, h in enumerate(res["entropy_profile"]):
-            if h is not None and res["entropy_count"][pos] >= 5:
-                evals.append({**keys, "position": pos, "entropy": h})
-    ent = pd.DataFrame(evals)
+    ent = pd.DataFrame([{**keys, "position": pos, "entropy": h} for keys, res in evals
+                        for pos, h in enumerate(res["entropy_profile"])
+                        if h is not None and res["entropy_count"][pos] >= 5])
     if not ent.empty:
-        ent["training"] = ent.apply(_training_label, axis=1)
-        for (model, bench), sub in ent.groupby(["model", "benchmark"]):
+        for (model, dataset, bench), sub in figure_groups(ent):
             settings_present = [s for s in SETTING_ORDER if s in set(sub.setting)]
             fig, axes = plt.subplots(1, len(settings_present), figsize=(3.2 * len(settings_present), 3), sharey=True,
                                      squeeze=False)
             for ax, setting in zip(axes[0], settings_present):
                 s = sub[sub.setting == setting]
                 sns.lineplot(s, x="position", y="entropy", hue="train_mode", units="seed", estimator=None,
-                             alpha=0.7, ax=ax, hue_order=[m for m in MODE_ORDER if m in set(s.train_mode)],
+                             alpha=0.7, ax=ax, palette=palette, hue_order=[m for m in MODE_ORDER if m in set(s.train_mode)],
                              legend=ax is axes[0][0])
                 ax.set(title=setting.replace("_", " "), xlabel="CoT position", ylabel="entropy (nats)")
-            fig.suptitle(f"CoT entropy of {model} on {bench} (training: none = base model)", y=1.04)
-            _save_fig(fig, out_dir / f"entropy_{model}_{bench}.png", prov)
+            fig.suptitle(f"CoT entropy of {model} trained on {dataset} ({bench}; none = base model)", y=1.04)
+            _save_fig(fig, out_dir / f"entropy_{model}_{dataset}_{bench}.png", prov)
             plt.close(fig)
+
+
+def figure_groups(df: pd.DataFrame):
+    """((model, training set, benchmark), rows) for each per-run figure, as the paper draws them:
+    the runs trained on one set beside their base model ('none'). A model evaluated with no
+    training run gets one figure of its base alone, with 'base' in the training-set slot."""
+    for (model, bench), sub in df.groupby(["model", "benchmark"], sort=True):
+        for dataset in sorted(set(sub.train_dataset) - {"none"}) or ["base"]:
+            yield (model, dataset, bench), sub[sub.train_dataset.isin([dataset, "none"])]
+
+
+def passk_figure(plt, sns, sub: pd.DataFrame, palette: dict):
+    """One panel per CoT inference mode: pass@k of its sample setting against k (lines, mean ±
+    sd over seeds) and the pass@1 of its greedy setting at k = 1 (triangles), one colour per
+    training mode, as in the paper's pass@k figures."""
+    modes = [m for m in ("hard", "fuzzy", "soft") if {f"{m}_sample", f"{m}_greedy"} & set(sub.setting)]
+    fig, axes = plt.subplots(1, len(modes), figsize=(3.8 * len(modes), 3.3), sharey=True, squeeze=False)
+    for ax, mode in zip(axes[0], modes):
+        sample = sub[sub.setting == f"{mode}_sample"]
+        trainings = [m for m in MODE_ORDER if m in set(sub.train_mode)]
+        if not sample.empty:
+            sns.lineplot(sample, x="k", y="pass@k (%)", hue="train_mode", marker="o", ax=ax, errorbar="sd",
+                         palette=palette, hue_order=[m for m in trainings if m in set(sample.train_mode)], legend=False)
+        greedy = sub[sub.setting == f"{mode}_greedy"].groupby("train_mode")["pass@k (%)"].agg(["mean", "std"])
+        for train_mode, g in greedy.iterrows():
+            ax.errorbar([1], [g["mean"]], yerr=[0.0 if pd.isna(g["std"]) else g["std"]], marker="^", markersize=9,
+                        color=palette[train_mode], markeredgecolor="black", linestyle="none", zorder=5)
+        ks = sorted(sub.k.unique())
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.minorticks_off()
+        ax.set(title=f"{mode} inference", xlabel="k", ylabel="pass@k (%)")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=palette[m], marker="o", label=m) for m in MODE_ORDER if m in set(sub.train_mode)]
+    handles.append(Line2D([], [], color="gray", marker="^", markeredgecolor="black", linestyle="none",
+                          label="greedy pass@1"))
+    axes[0][0].legend(handles=handles, title="training", fontsize="small")
+    return fig

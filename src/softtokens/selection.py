@@ -1,5 +1,8 @@
-"""Pick the checkpoint used for testing: the best greedy validation score (Section 4: 'the
-final model used for testing is the best performing under our greedy validation')."""
+"""Pick the checkpoint used for testing: the best greedy validation score among trained steps
+(Section 4: 'the final model used for testing is the best performing under our greedy
+validation'). Step 0 is the untouched base model: it is validated as the reference a trained
+checkpoint is compared with, never selected, so a table never reports the base under a
+training row. Whether the selected checkpoint beat the base is recorded beside the choice."""
 
 from __future__ import annotations
 
@@ -8,12 +11,17 @@ from pathlib import Path
 
 
 def select_best(metrics: list[dict]) -> dict:
-    """The validation row with the highest greedy accuracy; ties go to the earliest step."""
+    """The trained (step >= 1) validation row with the highest greedy accuracy, ties to the
+    earliest step; with the base model's step-0 accuracy and whether the choice improved on it."""
     vals = [m for m in metrics if m.get("kind") == "validation"]
-    if not vals:
-        raise ValueError("no validation rows in metrics: the run validated nothing")
-    best = max(vals, key=lambda m: (m["val_greedy_accuracy"], -m["step"]))
+    trained = [m for m in vals if m["step"] >= 1]
+    if not trained:
+        raise ValueError("no validation of a trained step (>= 1) in metrics: the run validated nothing it trained")
+    best = max(trained, key=lambda m: (m["val_greedy_accuracy"], -m["step"]))
+    base = next((m["val_greedy_accuracy"] for m in vals if m["step"] == 0), None)
     return {"step": best["step"], "val_greedy_accuracy": best["val_greedy_accuracy"],
+            "base_val_greedy_accuracy": base,
+            "improved_over_base": None if base is None else best["val_greedy_accuracy"] > base,
             "validated_steps": [m["step"] for m in vals]}
 
 

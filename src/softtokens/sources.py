@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from tqdm import tqdm
+
 from softtokens.data import DataFormatError, jsonl_objects
 
 
@@ -50,19 +52,32 @@ def last_boxed(text: str) -> str | None:
 def _gsm8k_gold(answer: str) -> str:
     if "####" not in answer:
         raise DropRow("no '####' in answer")
-    gold = answer.rsplit("####", 1)[1].strip().replace(",", "")
+    gold = clean_gold(answer.rsplit("####", 1)[1].replace(",", ""))
     if not gold:
         raise DropRow("empty answer after '####'")
     return gold
 
 
-def _strip_math_delimiters(answer: str) -> str:
-    a = answer.strip()
-    if a.startswith("$$") and a.endswith("$$") and len(a) > 4:
-        a = a[2:-2]
-    elif a.startswith("$") and a.endswith("$") and len(a) > 2:
-        a = a[1:-1]
-    return a.strip()
+_UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
+_SUBSCRIPT_OPERATOR = re.compile(r"_\{\s*\\(max|min)\s*\}")
+
+
+def clean_gold(answer: str) -> str:
+    """A gold answer as plain LaTeX math: every unescaped ``$`` removed (OlympiadBench writes
+    several answers as ``$69$,$84$``; ``\\$`` stays a dollar sign), one trailing sentence period
+    dropped, and ``m_{\\max}`` written ``m_{max}`` (LaTeX's operator does not parse as a name)."""
+    a = _UNESCAPED_DOLLAR.sub("", answer).strip()
+    if a.endswith(".") and not a.endswith("\\."):
+        a = a[:-1].rstrip()
+    return _SUBSCRIPT_OPERATOR.sub(r"_{\1}", a)
+
+
+def _gold(value, reason: str) -> str:
+    """A cleaned gold answer, or DropRow(reason) when nothing is left."""
+    gold = clean_gold(_require(value, reason))
+    if not gold:
+        raise DropRow(reason)
+    return gold
 
 
 def _require(value, reason: str) -> str:
@@ -81,23 +96,23 @@ def norm_math(raw: dict) -> dict:
     if gold is None:
         raise DropRow("no \\boxed{} in solution")
     extra = {k: raw[k] for k in ("level", "type") if k in raw}
-    return {"question": _require(raw.get("problem"), "empty problem"), "answer": gold, **extra}
+    return {"question": _require(raw.get("problem"), "empty problem"), "answer": clean_gold(gold), **extra}
 
 
 def norm_problem_answer(raw: dict) -> dict:
     """DeepScaleR and MATH-500: ``problem`` and ``answer`` fields."""
     extra = {k: raw[k] for k in ("level", "subject", "unique_id") if k in raw}
     return {"question": _require(raw.get("problem"), "empty problem"),
-            "answer": _strip_math_delimiters(_require(raw.get("answer"), "empty answer")), **extra}
+            "answer": _gold(raw.get("answer"), "empty answer"), **extra}
 
 
 def norm_olympiadbench(raw: dict) -> dict:
     """``final_answer`` is a list (several answers for multi-answer problems, joined by ', ');
-    answers come wrapped in $...$."""
+    answers come wrapped in $...$, sometimes several in one string (``$69$,$84$``)."""
     finals = raw.get("final_answer")
     if isinstance(finals, str):
         finals = [finals]
-    answers = [_strip_math_delimiters(a) for a in (finals or []) if isinstance(a, str) and a.strip()]
+    answers = [clean_gold(a) for a in (finals or []) if isinstance(a, str) and clean_gold(a)]
     if not answers:
         raise DropRow("empty final_answer")
     if raw.get("image_1") or raw.get("images"):
@@ -271,10 +286,12 @@ def load_split(name: str, loader: str, split: str, hub_id: str | None = None, hf
         raise ValueError(f"dataset {name!r}: {loader} has no {split!r} split (it has {', '.join(source.splits)})")
     raw_rows, reference, local = read_raw(source, split, hub_id, hf_config, path, revision)
     report, rows = LoadReport(reference, local), []
-    for where, raw in raw_rows:
+    for where, raw in tqdm(raw_rows, desc=f"{name} {split}", unit=" rows", mininterval=10):
         report.read += 1
         try:
             row = source.normalise(raw)
+            if source.kind == "math":
+                _check_gold(row["answer"])
         except DropRow as reason:
             report.dropped[str(reason)] += 1
             continue
@@ -286,6 +303,26 @@ def load_split(name: str, loader: str, split: str, hub_id: str | None = None, hf
         rows.append(row)
         report.kept += 1
     return rows, report
+
+
+def _check_gold(gold: str) -> None:
+    """DropRow unless the gold's own boxed copy earns the full reward (rewards.gold_problem):
+    a row the reward cannot grade would pay 0 or 10 for every answer, or 100 for wrong ones."""
+    from softtokens.rewards import gold_problem
+
+    why = gold_problem(gold)
+    if why:
+        raise DropRow(why)
+
+
+def check_generated_golds(name: str, rows: list[dict]) -> None:
+    """Generated (toy) rows go through the same check; a failure there is a generator bug."""
+    from softtokens.rewards import gold_problem
+
+    bad = {r["answer"]: gold_problem(r["answer"]) for r in rows}
+    bad = {g: why for g, why in bad.items() if why}
+    if bad:
+        raise ValueError(f"dataset {name!r}: generated gold answers the reward cannot grade: {bad}")
 
 
 def loader_kind(loader: str) -> tuple[str, tuple[str, ...]]:

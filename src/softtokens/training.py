@@ -2,7 +2,9 @@
 
 One step: B prompts x G rollouts in the run's CoT mode -> rewards -> leave-one-out
 advantages -> one teacher-forced pass per micro-batch -> AdamW step. Greedy validation every
-``val_every`` steps (and at step 0, the base model) picks the ``best`` checkpoint.
+``val_every`` steps picks the ``best`` checkpoint among trained steps (>= 1); the base model is
+validated at step 0 too, as the reference a trained checkpoint is compared with, never as a
+candidate (the paper tests "the best performing [model] under our greedy validation" of a run).
 
 Resume state (``latest``, ``best`` so far, metrics so far) lives in ``state_dir``, which the
 workflow does not declare as an output: Snakemake deletes declared outputs of a failed job,
@@ -26,9 +28,9 @@ from tqdm import tqdm
 from softtokens.data import format_prompt
 from softtokens.distributed import DataParallel
 from softtokens.generation import CotEngine, CotSetting, row_seed
-from softtokens.modeling import EmbeddingScale, embedding_scale, hub_revision, load_model, load_tokenizer
+from softtokens.modeling import EmbeddingScale, hub_revision, load_model, load_tokenizer, noise_scale
 from softtokens.provenance import atomic_dir, write_jsonl
-from softtokens.rewards import grade, reward_of_grade
+from softtokens.rewards import GRADING_TIMEOUT_S, grade, reward_of_grade
 from softtokens.rloo import rloo_advantages, rloo_loss, rollout_log_probs
 
 
@@ -65,6 +67,7 @@ class TrainConfig:
     dtype: str = "bfloat16"
     optimizer: str = "adamw"
     gaussian_normalization: str = "sum"  # "sum": the paper's log-density; "mean_dim": divided by d
+    grading_timeout_s: float = GRADING_TIMEOUT_S  # per graded answer; past it the answer is wrong
 
     @classmethod
     def from_settings(cls, settings: dict) -> "TrainConfig":
@@ -99,14 +102,16 @@ def lr_lambda(cfg: TrainConfig):
 
 @torch.no_grad()
 def greedy_correct(engine: CotEngine, rows: list[dict], setting: CotSetting, cot_max: int,
-                   answer_max: int, batch_size: int = 256) -> int:
-    """Number of rows answered correctly with a noise-free CoT and a greedy answer."""
+                   answer_max: int, batch_size: int = 256, sigma: float = 0.0,
+                   timeout_s: float = GRADING_TIMEOUT_S) -> int:
+    """Number of rows answered correctly with the setting's CoT (noise-free for greedy
+    validation: sigma is the setting's, 0 when its noise factor is 0) and a greedy answer."""
     correct = 0
     for i in range(0, len(rows), batch_size):
         chunk = rows[i:i + batch_size]
-        out = engine.generate([format_prompt(r["question"]) for r in chunk], setting, 0.0,
+        out = engine.generate([format_prompt(r["question"]) for r in chunk], setting, sigma,
                               [0] * len(chunk), cot_max, answer_max, answer_temperature=0.0)
-        correct += sum(grade(c, r["answer"])[1] for c, r in zip(out.completions, chunk))
+        correct += sum(grade(c, r["answer"], timeout_s).correct for c, r in zip(out.completions, chunk))
     return correct
 
 
@@ -132,25 +137,31 @@ class Trainer:
         self.model = load_model(latest if resumed else base_model, cfg.dtype, self.device)
         # the hub commit of the base weights (None for a local base), kept across resumes
         self.base_revision = state.get("base_revision") if resumed else hub_revision(self.model)
-        # sigma is fixed for the run from the base model's embeddings (recorded in metrics)
-        scale = EmbeddingScale(**state["embedding_scale"]) if resumed \
-            else embedding_scale(self.model, len(self.tokenizer))
-        self.embedding_scale = scale.as_dict()
-        self.sigma = scale.sigma(cfg.cot_setting.noise_factor)  # 0 for hard runs
+        # sigma comes from the base model's E, fixed for the run (modeling.noise_scale: the rule
+        # validation and test evaluation share); recorded in every checkpoint and in provenance
+        self.scale = EmbeddingScale(**state["embedding_scale"]) if resumed \
+            else noise_scale(base_model, self.model, len(self.tokenizer))[0]
+        self.embedding_scale = self.scale.as_dict()
+        self.sigma = self.scale.sigma(cfg.cot_setting.noise_factor)  # 0 for hard runs
         self.engine = CotEngine(self.model, self.tokenizer)
         self.gaussian_scale = 1.0 / scale.dim if cfg.gaussian_normalization == "mean_dim" else 1.0
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                      eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
         self.metrics: list[dict] = []
-        self.best_val = -1.0
+        self.best_val = -1.0   # best greedy validation among trained steps (>= 1)
+        self.base_val = None   # greedy validation of the base model (step 0)
         if resumed:
             opt_state = torch.load(latest / "optimizer.pt", map_location=self.device, weights_only=True)
             self.opt.load_state_dict(opt_state["optimizer"])
             self.sched.load_state_dict(opt_state["scheduler"])
             self.start_step = state["step"]
-            self.best_val = state["best_val"]
             self.metrics = [m for m in _read_jsonl(self.state_dir / "metrics.jsonl") if m["step"] <= self.start_step]
+            self.base_val = next((m["val_greedy_accuracy"] for m in self.metrics
+                                  if m["kind"] == "validation" and m["step"] == 0), None)
+            # the best trained step so far; state saved by a version that let step 0 be 'best' is ignored
+            self.best_val = max((m["val_greedy_accuracy"] for m in self.metrics
+                                 if m["kind"] == "validation" and m["step"] >= 1), default=-1.0)
 
     # ------------------------------------------------------------ one step
     def prompts_for_step(self, step: int) -> list[dict]:
@@ -170,9 +181,9 @@ class Trainer:
         rollout = self.engine.generate(prompts[mine], cfg.cot_setting, self.sigma, seeds[mine], cfg.cot_max_tokens,
                                        cfg.answer_max_tokens, cfg.answer_temperature)
         t1 = time.time()
-        graded = [grade(c, g) for c, g in zip(rollout.completions, golds[mine])]
-        my_rewards = torch.tensor([reward_of_grade(boxed, ok, cfg.reward_correct, cfg.reward_boxed_wrong,
-                                                   cfg.reward_no_box) for boxed, ok in graded], device=self.device)
+        graded = [grade(c, g, cfg.grading_timeout_s) for c, g in zip(rollout.completions, golds[mine])]
+        my_rewards = torch.tensor([reward_of_grade(g, cfg.reward_correct, cfg.reward_boxed_wrong, cfg.reward_no_box)
+                                   for g in graded], device=self.device)
         rewards = self.dp.gather_rows(my_rewards, n)  # the leave-one-out baseline needs all G of a prompt
         adv = rloo_advantages(rewards.view(cfg.prompts_per_step, cfg.samples_per_prompt)).flatten()[mine]
         t2 = time.time()
@@ -202,15 +213,16 @@ class Trainer:
 
         r = rewards.view(cfg.prompts_per_step, cfg.samples_per_prompt)
         cot_mask = rollout.step_phase == 0
-        (n_correct, n_boxed, cot_len, n_stopped, ent_sum, ent_count, loss_sum, cot_lp_sum,
-         ans_lp_sum) = self.dp.sum([sum(ok for _, ok in graded), sum(b for b, _ in graded),
+        (n_correct, n_boxed, n_timeouts, cot_len, n_stopped, ent_sum, ent_count, loss_sum, cot_lp_sum,
+         ans_lp_sum) = self.dp.sum([sum(g.correct for g in graded), sum(g.boxed for g in graded),
+                                    sum(g.timed_out for g in graded),
                                     rollout.cot_len.float().sum().item(), rollout.stopped.float().sum().item(),
                                     rollout.cot_entropy.sum().item(), cot_mask.sum().item(), loss_sum, cot_lp_sum,
                                     ans_lp_sum], self.device)
         return {
             "kind": "train", "step": step + 1,
             "reward": r.mean().item(), "reward_std": r.std(dim=1).mean().item(),
-            "frac_correct": n_correct / n, "frac_boxed": n_boxed / n,
+            "frac_correct": n_correct / n, "frac_boxed": n_boxed / n, "grading_timeouts": int(n_timeouts),
             "frac_reward_zero_std": (r.std(dim=1) == 0).float().mean().item(),
             "completions/mean_length": cot_len / n,
             "stop_rate": n_stopped / n,
@@ -225,8 +237,9 @@ class Trainer:
     def validate(self, step: int) -> dict:
         self.model.eval()
         mine = self.val_rows[self.dp.shard(len(self.val_rows))]
-        correct = greedy_correct(self.engine, mine, self.cfg.validation_setting, self.cfg.cot_max_tokens,
-                                 self.cfg.answer_max_tokens)
+        setting = self.cfg.validation_setting
+        correct = greedy_correct(self.engine, mine, setting, self.cfg.cot_max_tokens, self.cfg.answer_max_tokens,
+                                 sigma=self.scale.sigma(setting.noise_factor), timeout_s=self.cfg.grading_timeout_s)
         (correct,) = self.dp.sum([correct], self.device)
         return {"kind": "validation", "step": step, "val_greedy_accuracy": correct / len(self.val_rows)}
 
@@ -242,7 +255,8 @@ class Trainer:
         with atomic_dir(self.state_dir / name) as tmp:
             self.model.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
-            state = {"step": step, "best_val": self.best_val, "embedding_scale": self.embedding_scale,
+            state = {"step": step, "best_val": self.best_val, "base_val": self.base_val,
+                     "embedding_scale": self.embedding_scale,
                      "sigma": self.sigma, "config": asdict(self.cfg), "base_model": str(self.base_model),
                      "base_revision": self.base_revision, **(extra or {})}
             (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
@@ -259,6 +273,9 @@ class Trainer:
     def _validate_and_keep_best(self, step: int) -> None:
         row = self.validate(step)
         self._log(row)
+        if step == 0:  # the base model: the reference, not a candidate
+            self.base_val = row["val_greedy_accuracy"]
+            return
         if row["val_greedy_accuracy"] > self.best_val:
             self.best_val = row["val_greedy_accuracy"]
             self._save("best", step, with_optimizer=False, extra={"val_greedy_accuracy": self.best_val})

@@ -88,12 +88,13 @@ def settings_table_targets():
 
 
 def figure_targets():
+    """Training curves per (model, training set); pass@k and CoT entropy per (model, training
+    set, benchmark), as reporting.figure_groups draws them ('base' for a model with no run)."""
     pairs = sorted({(m, d) for m, d, _, _ in training_runs()})
     figs = [f"{RESULTS}/figures/training_{m}_{d}.png" for m, d in pairs]
-    models = sorted({m for m, _ in evaluated_models()})
-    figs += [f"{RESULTS}/figures/entropy_{m}_{b}.png" for m in models for b in EVAL["benchmarks"]]
-    if any(s.endswith("_sample") for s in EVAL["settings"]):
-        figs += [f"{RESULTS}/figures/passk_{m}_{b}.png" for m in models for b in EVAL["benchmarks"]]
+    per_run = pairs + [(m, "base") for m in sorted(set(EVAL["models"]) - {m for m, _ in pairs})]
+    kinds = ["entropy", "passk"]
+    figs += [f"{RESULTS}/figures/{kind}_{m}_{d}_{b}.png" for kind in kinds for m, d in per_run for b in EVAL["benchmarks"]]
     return figs
 
 
@@ -154,6 +155,7 @@ def eval_settings(wildcards):
     keys = ("n_samples", "cot_max_tokens", "answer_max_tokens", "batch_size", "seed")
     s = {k: EVAL[k] for k in keys if k in EVAL}
     s["dtype"] = RL.get("dtype", "float32")
+    s["grading_timeout_s"] = RL["grading_timeout_s"]
     return json.dumps(s, sort_keys=True)
 
 
