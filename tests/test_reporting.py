@@ -85,3 +85,18 @@ def test_tables_mark_runs_selected_below_their_base(grid, tmp_path):
     md = (tmp_path / "tables" / "main.md").read_text()
     assert "toy dsa soft: seed 1 of 2" in md and "never selected" in md
     assert "$^\\dagger$" in (tmp_path / "tables" / "main.tex").read_text()
+
+
+def test_ood_table_marks_runs_selected_below_their_base(tmp_path):
+    from softtokens.reporting import load_loglik_frame, ood_table
+
+    paths = []
+    for name, below in (("base", None), ("dsa-soft-seed0", True), ("dsa-soft-seed1", False), ("dsa-hard-seed0", False)):
+        p = tmp_path / "eval" / "toy" / name / "mc" / "loglik.json"
+        p.parent.mkdir(parents=True)
+        res = {"accuracy": 0.9, "accuracy_norm": 0.9, "nll_correct": 0.1, "n_problems": 5}
+        res.update({k: v for k, v in eval_result(0.5, 1, below).items() if k == "selection"})
+        p.write_text(json.dumps(res))
+        paths.append(p)
+    labels = list(ood_table(load_loglik_frame(paths)).training)
+    assert labels == ["no finetune", "dsa hard", f"dsa soft {BELOW_BASE_MARK}"]

@@ -128,6 +128,12 @@ def test_tiny_dag_end_to_end(tmp_path):
     result = json.loads((res / "eval/toy/toyarith-fuzzy-seed0/toyarith/fuzzy_sample.json").read_text())
     assert result["n_samples"] == 2 and len(result["problems"]) == 6 and len(result["pass@k"]) == 2
     assert result["provenance"]["inputs"]["selected"]["sha256"]
+    selected = json.loads((res / "runs/toy/toyarith/fuzzy/seed0/selected.json").read_text())
+    assert selected["step"] >= 1 and 0 in selected["validated_steps"]       # the base is the reference only
+    assert result["selection"]["step"] == selected["step"] and "improved_over_base" in result["selection"]
+    assert result["grading_timeouts"] == 0 and result["sigma_source"].startswith("base model's E")
+    loglik = json.loads((res / "eval/toy/toyarith-hard-seed0/toychoice/loglik.json").read_text())
+    assert loglik["selection"]["step"] >= 1
     table = (res / "tables/main.md").read_text()
     assert "no finetune" in table and "toyarith fuzzy" in table and "toyarith hard" in table
     ood = (res / "tables/ood.md").read_text()

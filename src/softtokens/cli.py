@@ -124,16 +124,22 @@ def cmd_evaluate(a) -> None:
     result = evaluate(model_path, read_jsonl(a.data), a.setting, s["n_samples"], s["cot_max_tokens"],
                       s["answer_max_tokens"], s.get("batch_size", 64), s.get("seed", 0), s.get("dtype", "float32"),
                       a.threads, s.get("grading_timeout_s", GRADING_TIMEOUT_S))
-    if a.selected:  # which checkpoint produced these numbers, and how it compared with its base
-        chosen = json.loads(Path(a.selected).read_text())
-        result["selection"] = {k: chosen.get(k) for k in ("step", "val_greedy_accuracy", "base_val_greedy_accuracy",
-                                                           "improved_over_base")}
     if not inputs:
         prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
-    write_json(a.out, {**result, "provenance": prov.record()})
+    write_json(a.out, {**result, **_selection_record(a), "provenance": prov.record()})
     print(f"{a.setting}: pass@1 {result['pass@1']:.3f}, pass@{result['n_samples']} "
           f"{result['pass@k'][str(result['n_samples'])]:.3f}, grading time-outs {result['grading_timeouts']} "
           f"({result['seconds']} s); sigma {result['sigma']:.4g} from the {result['sigma_source']}")
+
+
+def _selection_record(a) -> dict:
+    """Which checkpoint of a trained run produced a result, and how it compared with its base on
+    validation (tables mark runs selected below their base); nothing for a base model."""
+    if not a.selected:
+        return {}
+    chosen = json.loads(Path(a.selected).read_text())
+    return {"selection": {k: chosen.get(k) for k in ("step", "val_greedy_accuracy", "base_val_greedy_accuracy",
+                                                      "improved_over_base")}}
 
 
 def _model_to_evaluate(a) -> tuple[str, dict]:
@@ -156,7 +162,7 @@ def cmd_evaluate_loglik(a) -> None:
     result = evaluate_loglik(model_path, rows, s.get("batch_size", 32), s.get("dtype", "float32"), a.threads)
     if not inputs:
         prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
-    write_json(a.out, {**result, "provenance": prov.record()})
+    write_json(a.out, {**result, **_selection_record(a), "provenance": prov.record()})
     print(f"accuracy {result['accuracy']:.4f}, accuracy_norm {result['accuracy_norm']:.4f}, "
           f"NLL of the correct answer {result['nll_correct']:.3f} nats/token ({result['seconds']} s)")
 

@@ -126,15 +126,28 @@ def _library_versions() -> dict:
     return out
 
 
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _device() -> dict:
+    """What ran the job. On a CPU, torch's kernel capability (e.g. AVX2, AVX512) is recorded too:
+    the same seed gives the same numbers on one kind of host, not across vector instruction sets."""
     try:
         import torch
 
         if torch.cuda.is_available():
             return {"kind": "cuda", "name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count()}
+        capability = torch.backends.cpu.get_cpu_capability()
     except ImportError:
-        pass
-    return {"kind": "cpu", "name": platform.processor() or platform.machine(), "count": os.cpu_count()}
+        capability = None
+    return {"kind": "cpu", "name": _cpu_model(), "count": os.cpu_count(), "torch_cpu_capability": capability}
 
 
 def _rel(path: str | os.PathLike) -> str:

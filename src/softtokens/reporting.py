@@ -256,6 +256,8 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
                              alpha=0.7, ax=ax, palette=palette, hue_order=[m for m in MODE_ORDER if m in set(s.train_mode)],
                              legend=ax is axes[0][0])
                 ax.set(title=setting.replace("_", " "), xlabel="CoT position", ylabel="entropy (nats)")
+            if axes[0][0].get_legend() is not None:
+                axes[0][0].get_legend().set_title("training")
             fig.suptitle(f"CoT entropy of {model} trained on {dataset} ({bench}; none = base model)", y=1.04)
             _save_fig(fig, out_dir / f"entropy_{model}_{dataset}_{bench}.png", prov)
             plt.close(fig)
