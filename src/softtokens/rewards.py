@@ -84,9 +84,9 @@ def time_limit(seconds: float | None):
 
 
 # Two LaTeX forms math-verify misreads on both sides (so a boxed copy of the gold still matches and
-# no check sees it): a mixed number before \% (`33\frac{1}{3}\%` reads as 1/300) and thousands
-# separators `,\!` / `{,}` before \% (`1,\!200\%` reads as the set {1, 2}). Rewritten first in
-# gold and completion alike: `\frac{100}{3}\%`, `1200\%`.
+# no check sees it): a mixed number before \% (`33\frac{1}{3}\%` reads as 1/300), and the thousands
+# separators `,\!` / `{,}` (unambiguous in LaTeX; `1,\!200\%` reads as the set {1, 2}). Rewritten
+# first in gold and completion alike: `\frac{100}{3}\%`, `1200\%`.
 _THOUSANDS = re.compile(r"(?<=\d)(?:,\\!|\{,\})\s*(?=\d{3}(?!\d))")
 _MIXED_PERCENT = re.compile(r"(?<![\d.])(\d+)\s*\\[dt]?frac\s*(?:\{(\d+)\}|(\d))\s*(?:\{(\d+)\}|(\d))\s*\\%")
 
