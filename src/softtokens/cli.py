@@ -129,7 +129,7 @@ def cmd_evaluate(a) -> None:
     write_json(a.out, {**result, **_selection_record(a), "provenance": prov.record()})
     print(f"{a.setting}: pass@1 {result['pass@1']:.3f}, pass@{result['n_samples']} "
           f"{result['pass@k'][str(result['n_samples'])]:.3f}, grading time-outs {result['grading_timeouts']} "
-          f"({result['seconds']} s); sigma {result['sigma']:.4g} from the {result['sigma_source']}")
+          f"({result['seconds']} s); sigma {result['sigma']:.4g}, set by {result['sigma_source']}")
 
 
 def _selection_record(a) -> dict:
