@@ -88,6 +88,15 @@ def test_best_checkpoint_is_a_trained_step(base, toy_rows, tmp_path):
     assert all(m["grading_timeouts"] == 0 for m in train_rows(trainer.metrics))
 
 
+def test_mean_dim_divides_the_gaussian_term_by_d(base, toy_rows, tmp_path):
+    """The ablation knob reaches the trainer: the Gaussian term is scaled by 1/d of the base's E."""
+    trainer = Trainer(TrainConfig(**{**CFG, "gaussian_normalization": "mean_dim"}), str(base / "model"),
+                      toy_rows["train"], toy_rows["validation"], tmp_path / "_resume")
+    assert trainer.gaussian_scale == pytest.approx(1.0 / trainer.scale.dim)
+    assert Trainer(TrainConfig(**CFG), str(base / "model"), toy_rows["train"], toy_rows["validation"],
+                   tmp_path / "_resume2").gaussian_scale == 1.0
+
+
 def test_sigma_of_a_trained_checkpoint_comes_from_its_base(base, toy_rows, tmp_path):
     """The rule training, validation and evaluation share (modeling.noise_scale): sigma is set by
     the base model's E, so a trained model is tested at the noise level it was trained with."""

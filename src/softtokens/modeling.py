@@ -50,7 +50,7 @@ def embedding_scale(model, vocab_rows: int | None = None) -> EmbeddingScale:
 def noise_scale(model_path: str | Path, model, vocab_rows: int | None = None) -> tuple[EmbeddingScale, str]:
     """The embedding scale that sets sigma for a model, and where it came from.
 
-    The rule, the same for training rollouts, validation and test evaluation: sigma comes from the
+    The rule, the same for training rollouts and test evaluation: sigma comes from the
     *base* model's E. A training checkpoint records its base's scale in trainer_state.json (fixed
     at the start of the run, kept across resumes); a base model (hub id or local directory
     without that record) is measured. So every model of a family decodes with the noise level

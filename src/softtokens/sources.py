@@ -112,7 +112,7 @@ def norm_olympiadbench(raw: dict) -> dict:
     finals = raw.get("final_answer")
     if isinstance(finals, str):
         finals = [finals]
-    answers = [clean_gold(a) for a in (finals or []) if isinstance(a, str) and clean_gold(a)]
+    answers = [g for g in (clean_gold(a) for a in finals or [] if isinstance(a, str)) if g]
     if not answers:
         raise DropRow("empty final_answer")
     if raw.get("image_1") or raw.get("images"):
@@ -319,8 +319,7 @@ def check_generated_golds(name: str, rows: list[dict]) -> None:
     """Generated (toy) rows go through the same check; a failure there is a generator bug."""
     from softtokens.rewards import gold_problem
 
-    bad = {r["answer"]: gold_problem(r["answer"]) for r in rows}
-    bad = {g: why for g, why in bad.items() if why}
+    bad = {r["answer"]: gold_problem(r["answer"]) for r in rows if gold_problem(r["answer"])}
     if bad:
         raise ValueError(f"dataset {name!r}: generated gold answers the reward cannot grade: {bad}")
 

@@ -102,14 +102,13 @@ def lr_lambda(cfg: TrainConfig):
 
 @torch.no_grad()
 def greedy_correct(engine: CotEngine, rows: list[dict], setting: CotSetting, cot_max: int,
-                   answer_max: int, batch_size: int = 256, sigma: float = 0.0,
-                   timeout_s: float = GRADING_TIMEOUT_S) -> int:
-    """Number of rows answered correctly with the setting's CoT (noise-free for greedy
-    validation: sigma is the setting's, 0 when its noise factor is 0) and a greedy answer."""
+                   answer_max: int, batch_size: int = 256, timeout_s: float = GRADING_TIMEOUT_S) -> int:
+    """Number of rows answered correctly with a noise-free CoT and a greedy answer (the paper's
+    greedy validation: no Gaussian noise, so sigma plays no part)."""
     correct = 0
     for i in range(0, len(rows), batch_size):
         chunk = rows[i:i + batch_size]
-        out = engine.generate([format_prompt(r["question"]) for r in chunk], setting, sigma,
+        out = engine.generate([format_prompt(r["question"]) for r in chunk], setting, 0.0,
                               [0] * len(chunk), cot_max, answer_max, answer_temperature=0.0)
         correct += sum(grade(c, r["answer"], timeout_s).correct for c, r in zip(out.completions, chunk))
     return correct
@@ -137,14 +136,14 @@ class Trainer:
         self.model = load_model(latest if resumed else base_model, cfg.dtype, self.device)
         # the hub commit of the base weights (None for a local base), kept across resumes
         self.base_revision = state.get("base_revision") if resumed else hub_revision(self.model)
-        # sigma comes from the base model's E, fixed for the run (modeling.noise_scale: the rule
-        # validation and test evaluation share); recorded in every checkpoint and in provenance
+        # sigma comes from the base model's E, fixed for the run (modeling.noise_scale: the rule test
+        # evaluation shares; greedy validation has no noise); recorded in checkpoints and provenance
         self.scale = EmbeddingScale(**state["embedding_scale"]) if resumed \
             else noise_scale(base_model, self.model, len(self.tokenizer))[0]
         self.embedding_scale = self.scale.as_dict()
         self.sigma = self.scale.sigma(cfg.cot_setting.noise_factor)  # 0 for hard runs
         self.engine = CotEngine(self.model, self.tokenizer)
-        self.gaussian_scale = 1.0 / scale.dim if cfg.gaussian_normalization == "mean_dim" else 1.0
+        self.gaussian_scale = 1.0 / self.scale.dim if cfg.gaussian_normalization == "mean_dim" else 1.0
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                      eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
@@ -237,9 +236,8 @@ class Trainer:
     def validate(self, step: int) -> dict:
         self.model.eval()
         mine = self.val_rows[self.dp.shard(len(self.val_rows))]
-        setting = self.cfg.validation_setting
-        correct = greedy_correct(self.engine, mine, setting, self.cfg.cot_max_tokens, self.cfg.answer_max_tokens,
-                                 sigma=self.scale.sigma(setting.noise_factor), timeout_s=self.cfg.grading_timeout_s)
+        correct = greedy_correct(self.engine, mine, self.cfg.validation_setting, self.cfg.cot_max_tokens,
+                                 self.cfg.answer_max_tokens, timeout_s=self.cfg.grading_timeout_s)
         (correct,) = self.dp.sum([correct], self.device)
         return {"kind": "validation", "step": step, "val_greedy_accuracy": correct / len(self.val_rows)}
 
