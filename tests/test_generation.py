@@ -14,11 +14,14 @@ from softtokens.rewards import reward
 
 
 class ScriptedModel(torch.nn.Module):
-    """Emits a fixed token script after a one-row prompt, whatever it is fed."""
+    """Emits a fixed token script after a one-row prompt, whatever it is fed: its decoder's
+    hidden state is the scripted logits row and its output head the identity."""
 
     def __init__(self, tokenizer, script, prompt_len):
         super().__init__()
         self.emb = torch.nn.Embedding(len(tokenizer), 4)
+        self.head = torch.nn.Linear(len(tokenizer), len(tokenizer), bias=False)
+        torch.nn.init.eye_(self.head.weight)
         self.config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=4, num_hidden_layers=1, num_attention_heads=1)
         self.generation_config = SimpleNamespace(eos_token_id=tokenizer.eos_token_id)
         self.script, self.prompt_len, self.vocab = script, prompt_len, len(tokenizer)
@@ -30,11 +33,17 @@ class ScriptedModel(torch.nn.Module):
     def get_input_embeddings(self):
         return self.emb
 
+    def get_output_embeddings(self):
+        return self.head
+
+    def get_decoder(self):
+        return self
+
     def forward(self, input_ids=None, inputs_embeds=None, position_ids=None, **_):
         k = int(position_ids[0, -1]) - (self.prompt_len - 1)
-        logits = torch.full((1, 1, self.vocab), -1e4)
-        logits[0, 0, self.script[min(k, len(self.script) - 1)]] = 0.0
-        return SimpleNamespace(logits=logits)
+        hidden = torch.full((1, 1, self.vocab), -1e4)
+        hidden[0, 0, self.script[min(k, len(self.script) - 1)]] = 0.0
+        return SimpleNamespace(last_hidden_state=hidden)
 
 
 def _ids(tok, text):

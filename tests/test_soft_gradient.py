@@ -56,7 +56,7 @@ def test_teacher_forced_pass_equals_stepwise_reference(model64, toy_tokenizer, t
     adv = torch.tensor([1.5, -0.5, -1.0], dtype=torch.float64)
 
     model64.zero_grad()
-    cot, ans = rollout_log_probs(model64, rollout, sigma, 1.0)
+    cot, ans = rollout_log_probs(model64, rollout, sigma, 1.0)[:2]
     rloo_loss(cot + ans, adv, 3).backward()
     ours = {n: p.grad.clone() for n, p in model64.named_parameters()}
 
@@ -77,7 +77,7 @@ def test_soft_loss_gradient_matches_finite_differences(model64, toy_tokenizer, t
     adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
 
     def loss():
-        cot, ans = rollout_log_probs(model64, rollout, sigma, 1.0)
+        cot, ans = rollout_log_probs(model64, rollout, sigma, 1.0)[:2]
         return rloo_loss(cot + ans, adv, 2)
 
     model64.zero_grad()
@@ -104,6 +104,6 @@ def test_gaussian_scale_only_reweights_the_cot_term(model64, toy_tokenizer, toy_
     rollout = CotEngine(model64, toy_tokenizer).generate(prompts, INFERENCE_SETTINGS["fuzzy_sample"], 0.1, [3, 4], 5, 2,
                                                          answer_temperature=1.0)
     with torch.no_grad():
-        cot, ans = rollout_log_probs(model64, rollout, 0.1, 1.0)
-        cot_d, ans_d = rollout_log_probs(model64, rollout, 0.1, 1.0, gaussian_scale=1 / 16)
+        cot, ans = rollout_log_probs(model64, rollout, 0.1, 1.0)[:2]
+        cot_d, ans_d = rollout_log_probs(model64, rollout, 0.1, 1.0, gaussian_scale=1 / 16)[:2]
     assert torch.allclose(cot_d, cot / 16) and torch.allclose(ans_d, ans)

@@ -63,17 +63,37 @@ def test_paper_grid_plan_with_the_slurm_profile(profile):
 
 def test_paper_jobs_resources_and_launcher():
     proc = snakemake("--profile", "slurm", "-n", "results/paper/eval/llama-3b/math-soft-seed1/math500/soft_sample.json",
+                     "results/paper/eval/llama-8b/gsm8k-hard-seed0/gsm8k/hard_greedy.json",
                      "results/paper/eval/qwen-3b/base/mmlu/loglik.json", env=PAPER_ENV)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-3000:]
-    train = text.split("rule train:")[1].split("rule ")[0]
-    assert "gpu=8" in train and "cpus_per_gpu=8" in train and "nodes=1" in train and "runtime=2880" in train
+    trains = [block.split("rule ")[0] for block in text.split("rule train:")[1:]]
+    train = next(t for t in trains if "llama-3b" in t)
+    # GPUs per model from the memory plan (models.<m>.train_gpus); host memory follows the CPUs
+    assert "gpu=2" in train and "cpus_per_gpu=8" in train and "nodes=1" in train and "runtime=2880" in train
+    assert "mem_mb_per_cpu=8000" in train
     assert "slurm_partition=testgpu" in train and "slurm_account=testacct" in train
-    assert "accelerate launch --multi_gpu --num_processes 8" in train and '"cot_max_tokens": 512' in train
+    assert "accelerate launch --multi_gpu --num_processes 2" in train and '"cot_max_tokens": 512' in train
+    assert '"param_dtype": "float32"' in train and '"compute_dtype": "bfloat16"' in train
+    train8 = next(t for t in trains if "llama-8b" in t)
+    assert "gpu=8" in train8 and "--num_processes 8" in train8
     evaluate = text.split("rule evaluate:")[1].split("rule ")[0]
     assert "gpu=1" in evaluate and "--cot_max_tokens" not in evaluate and '"n_samples": 32' in evaluate
     loglik = text.split("rule evaluate_loglik:")[1].split("rule ")[0]
     assert "gpu=1" in loglik and "--model Qwen/Qwen2.5-3B-Instruct" in loglik
+
+
+def test_dry_run_refuses_a_grid_whose_jobs_cannot_fit(tmp_path):
+    """Llama-8B's training on one 80 GB GPU needs ~166 GB: the DAG stops before any job starts,
+    naming the job and the gigabytes."""
+    over = tmp_path / "one_gpu.yaml"
+    over.write_text("grids:\n  paper:\n    models:\n      llama-8b: {source: meta-llama/Llama-3.1-8B-Instruct, "
+                    "lr: 3.0e-6, train_gpus: 1}\n")
+    proc = snakemake("--profile", "slurm", "-n", "--configfile", str(over), env=PAPER_ENV)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "PlanError" in text and "train llama-8b/gsm8k on 1 GPU(s)" in text and "GB per GPU" in text
+    assert "train llama-3b" not in text  # only the job that does not fit is named
 
 
 def test_listing_what_one_cell_depends_on():
@@ -101,7 +121,7 @@ TINY = {
                    "n_samples": 2, "cot_max_tokens": 10, "answer_max_tokens": 4, "batch_size": 16, "seed": 0,
                    "ood_benchmarks": ["toychoice"], "loglik_batch_size": 4},
     "rl": {"prompts_per_step": 2, "samples_per_prompt": 2, "steps": 2, "warmup_steps": 1, "cot_max_tokens": 10,
-           "answer_max_tokens": 4, "val_every": 1, "val_size": 8, "micro_batch_size": 4, "dtype": "float32"},
+           "answer_max_tokens": 4, "val_every": 1, "val_size": 8, "micro_batch_size": 4, "compute_dtype": "float32"},
 }
 
 

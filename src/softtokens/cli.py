@@ -132,6 +132,24 @@ def cmd_evaluate(a) -> None:
           f"({result['seconds']} s); sigma {result['sigma']:.4g}, set by {result['sigma_source']}")
 
 
+def cmd_plan(a) -> None:
+    from softtokens.config import load_config
+    from softtokens.plan import USABLE_SHARE, PlanError, check_plan, grid_plan, plan_table
+
+    config = load_config(a.config)
+    grid = a.grid or config["grid"]
+    if grid not in config["grids"]:
+        raise SystemExit(f"no grid {grid!r} in {a.config} (grids: {', '.join(config['grids'])})")
+    gpu_gb = config["grids"][grid].get("memory_plan", {}).get("gpu_memory_gb")
+    print(f"grid {grid}: GB (1e9 bytes) per GPU; "
+          + (f"fits = peak <= {USABLE_SHARE:.0%} of {gpu_gb} GB" if gpu_gb else "no GPU memory declared (not checked)"))
+    print(plan_table(grid_plan(config, grid), gpu_gb))
+    try:
+        check_plan(config, grid)
+    except PlanError as e:
+        raise SystemExit(str(e)) from None
+
+
 def _selection_record(a) -> dict:
     """Which checkpoint of a trained run produced a result, and how it compared with its base on
     validation (tables mark runs selected below their base); nothing for a base model."""
@@ -253,6 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--metrics", nargs="+", required=True)
     c.add_argument("--evals", nargs="+", required=True)
     c.set_defaults(func=cmd_figures)
+
+    c = sub.add_parser("plan", help="per-GPU memory of every training and evaluation job of a grid")
+    c.add_argument("--config", default="config.yaml")
+    c.add_argument("--grid", default=None, help="default: the config's `grid`")
+    c.set_defaults(func=cmd_plan)
 
     c = sub.add_parser("audit", help="print the provenance chain of a result file")
     c.add_argument("path")

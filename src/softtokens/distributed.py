@@ -1,37 +1,45 @@
-"""Data parallelism inside one training job: ``accelerate launch`` starts one process per GPU,
-each decodes and back-propagates its share of the step's B x G rollouts, and gradients are
-summed across processes before the optimiser step.
+"""The process group of one training job: ``accelerate launch`` / ``torchrun`` start one
+process per GPU; a lone process (CPU, a laptop, one GPU) joins a group of one through an
+in-process store. So there is one code path: FSDP (softtokens.sharding) shards parameters,
+gradients and optimizer state over the group, whatever its size.
 
-With one process (CPU, a laptop, one GPU) every call here is a no-op, so the training loop is
-the same code everywhere. Rollout randomness is seeded per row from global indices, so the
-rollouts of a step do not depend on the number of processes; only the order of floating-point
-additions in the gradient sum does.
+Rollout rows are split over processes in contiguous blocks; their randomness is seeded per
+row from global indices, so the rollouts of a step do not depend on the number of processes.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
 
 class DataParallel:
     def __init__(self):
-        import os
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
 
-        from accelerate import PartialState
-
-        # joins the process group that `accelerate launch` / torchrun set up (gloo on CPU, nccl on GPU)
-        self.state = PartialState(cpu=not torch.cuda.is_available())
-        self.rank, self.world = self.state.process_index, self.state.num_processes
         launched = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if torch.cuda.is_available():
+            self.device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(self.device)
+            backend = "nccl"
+        else:
+            self.device = torch.device("cpu")
+            backend = "gloo"
+        if not dist.is_initialized():
+            if launched == 1:  # a group of one: no launcher, no rendezvous, no port
+                dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+            else:  # env:// set by torchrun / accelerate launch
+                dist.init_process_group(backend, device_id=self.device if backend == "nccl" else None)
+        self.world = dist.get_world_size()
         if launched != self.world:  # every process would think it is alone and write the same files
             raise RuntimeError(f"launched as {launched} processes but joined a group of {self.world}")
-        self.is_main = self.state.is_main_process
-
-    @property
-    def device(self) -> torch.device:
-        from softtokens.modeling import pick_device
-
-        return pick_device() if self.world == 1 else self.state.device
+        self.rank = dist.get_rank()
+        self.is_main = self.rank == 0
+        self.mesh = init_device_mesh(self.device.type, (self.world,))
 
     def _block(self, rank: int, n: int) -> slice:
         per, extra = divmod(n, self.world)
@@ -56,34 +64,35 @@ class DataParallel:
         blocks = [self._block(r, n) for r in range(self.world)]
         return torch.cat([p[: b.stop - b.start] for p, b in zip(parts, blocks)])
 
-    def sum(self, values: list[float], device: torch.device) -> list[float]:
+    def sum(self, values: list[float]) -> list[float]:
         """Element-wise sum of a list of numbers over processes."""
         if self.world == 1:
             return values
         import torch.distributed as dist
 
-        t = torch.tensor(values, dtype=torch.float64, device=device)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return t.tolist()
 
-    def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum .grad over processes (each process's loss is already divided by the global row count)."""
+    def max(self, values: list[float]) -> list[float]:
+        """Element-wise maximum of a list of numbers over processes."""
         if self.world == 1:
-            return
+            return values
         import torch.distributed as dist
 
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            dist.all_reduce(p.grad)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.tolist()
 
     def barrier(self) -> None:
         if self.world > 1:
-            self.state.wait_for_everyone()
-
-    def close(self) -> None:
-        if self.world > 1:
             import torch.distributed as dist
 
+            dist.barrier()
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
             self.barrier()
             dist.destroy_process_group()

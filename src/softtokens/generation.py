@@ -33,6 +33,7 @@ import torch
 
 from softtokens.data import PREFILL_AFTER_STOP, PREFILL_AT_LIMIT, STOP_TEXT
 from softtokens.metrics import entropy_from_logits
+from softtokens.modeling import check_plain_output_head, decoder_hidden
 
 COT, PREFILL, ANSWER, DONE = 0, 1, 2, 3
 CONTINUOUS_MODES = ("soft", "fuzzy")
@@ -102,12 +103,15 @@ class Rollout:
     prompt_mask: torch.Tensor           # (N, P)
     step_ids: torch.Tensor              # (N, S) token fed (continuous CoT steps: the greedy shadow)
     step_phase: torch.Tensor            # (N, S) COT / PREFILL / ANSWER / DONE
-    noisy_inputs: torch.Tensor | None   # (N, S, d) inputs fed at continuous CoT steps, 0 elsewhere
+    noisy_inputs: torch.Tensor | None   # (N, S, d) float32 h~ drawn at continuous CoT steps, 0 elsewhere
+                                        # (the model was fed h~ in its compute dtype)
     cot_entropy: torch.Tensor           # (N, S) entropy of softmax(logits) at CoT steps
     cot_len: torch.Tensor               # (N,)
     stopped: torch.Tensor               # (N,) bool: stop text found before the limit
     completions: list[str]              # text after the CoT: prefill + answer
     cot_texts: list[str]
+    argmax_ids: torch.Tensor | None = None  # (N, S) argmax of the logits that produced each step
+
 
     def rows(self, idx: slice | torch.Tensor) -> "Rollout":
         """A sub-batch (for micro-batched updates)."""
@@ -116,13 +120,14 @@ class Rollout:
         return Rollout(self.setting, self.sigma, pick(self.prompt_ids), pick(self.prompt_mask),
                        pick(self.step_ids), pick(self.step_phase), pick(self.noisy_inputs),
                        pick(self.cot_entropy), pick(self.cot_len), pick(self.stopped),
-                       [self.completions[i] for i in sel], [self.cot_texts[i] for i in sel])
+                       [self.completions[i] for i in sel], [self.cot_texts[i] for i in sel], pick(self.argmax_ids))
 
 
 class CotEngine:
     """Decodes prompt -> CoT -> prefill -> answer for one model and tokenizer."""
 
     def __init__(self, model, tokenizer):
+        check_plain_output_head(model)
         self.model = model
         self.tokenizer = tokenizer
         self.vocab_rows = len(tokenizer)  # rows of E beyond the tokenizer (Qwen pads E) are masked
@@ -162,6 +167,12 @@ class CotEngine:
         model, E = self.model, self.embedding
         dev, n, dim = model.device, len(prompts), E.shape[1]
         continuous = setting.mode in CONTINUOUS_MODES
+        # float32 views of the output projection and of E, made once per call (no copy in float32):
+        # logits, the mixture p @ E and the Gaussian noise are float32 (README, "Precision")
+        W = model.get_output_embeddings().weight[: self.vocab_rows]
+        wide = torch.promote_types(W.dtype, torch.float32)  # float64 stays float64 (gradient checks)
+        W32 = W.to(wide)
+        E32 = (W32 if E.data_ptr() == W.data_ptr() else E.to(wide)) if continuous else None
         noisy_cot = continuous and sigma > 0
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
         max_steps = cot_max_tokens + max(len(self.prefill_stop), len(self.prefill_limit)) + answer_max_tokens
@@ -172,14 +183,15 @@ class CotEngine:
         mask[:, :p_len] = prompt_mask
         step_ids = torch.full((n, max_steps), self.pad_id, dtype=torch.long, device=dev)
         step_phase = torch.full((n, max_steps), DONE, dtype=torch.int8, device=dev)
+        argmax_ids = torch.full((n, max_steps), self.pad_id, dtype=torch.long, device=dev)
         cot_entropy = torch.zeros(n, max_steps, device=dev)
-        noisy_inputs = torch.zeros(n, max_steps, dim, dtype=E.dtype, device=dev) if continuous else None
+        noisy_inputs = torch.zeros(n, max_steps, dim, dtype=wide, device=dev) if continuous else None
 
         cache = DynamicCache(config=model.config)
         pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
-        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos,
-                    past_key_values=cache, use_cache=True, logits_to_keep=1)
-        logits = out.logits[:, -1, : self.vocab_rows]
+        hidden = decoder_hidden(model, input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos,
+                                past_key_values=cache, use_cache=True)
+        logits = hidden[:, -1].to(wide) @ W32.T
         next_pos = pos[:, -1] + 1
 
         # host-side state machine
@@ -201,18 +213,20 @@ class CotEngine:
                 ans_idx = torch.tensor(ans_pos, device=dev).clamp(max=answer_max_tokens - 1)
                 ans_tok = sample_tokens(logits, answer_temperature, u_ans[rows, ans_idx])
                 tok = torch.where(phase_t == ANSWER, ans_tok, tok)
+            argmax = logits.argmax(-1)
             if any_cot and continuous:
-                mix = probs_at_temperature(logits, setting.temperature).to(E.dtype) @ E  # (N, d)
+                mix = probs_at_temperature(logits, setting.temperature).to(wide) @ E32  # (N, d), float32
                 if noisy_cot:
-                    mix = (mix.float() + sigma * eps[rows, cot_idx]).to(E.dtype)
-                tok = torch.where(is_cot, logits.argmax(-1), tok)
+                    mix = mix + sigma * eps[rows, cot_idx]
+                tok = torch.where(is_cot, argmax, tok)
             elif any_cot:
                 tok = torch.where(is_cot, sample_tokens(logits, setting.temperature, u_cot[rows, cot_idx]), tok)
             x = model.get_input_embeddings()(tok)
             if any_cot and continuous:
-                x = torch.where(is_cot.unsqueeze(-1), mix, x)
+                x = torch.where(is_cot.unsqueeze(-1), mix.to(x.dtype), x)
                 noisy_inputs[:, s] = torch.where(is_cot.unsqueeze(-1), mix, 0)
             step_ids[:, s] = tok
+            argmax_ids[:, s] = argmax
             step_phase[:, s] = phase_t
             if any_cot:
                 cot_entropy[:, s] = torch.where(is_cot, entropy_from_logits(logits), 0.0)
@@ -242,12 +256,12 @@ class CotEngine:
             if all(ph == DONE for ph in phase):
                 break
             forced = torch.tensor(forced_next, dtype=torch.long, device=dev)
-            out = model(inputs_embeds=x.unsqueeze(1), attention_mask=mask[:, : p_len + s + 1],
-                        position_ids=next_pos.unsqueeze(1), past_key_values=cache, use_cache=True)
-            logits = out.logits[:, -1, : self.vocab_rows]
+            hidden = decoder_hidden(model, inputs_embeds=x.unsqueeze(1), attention_mask=mask[:, : p_len + s + 1],
+                                    position_ids=next_pos.unsqueeze(1), past_key_values=cache, use_cache=True)
+            logits = hidden[:, -1].to(wide) @ W32.T
             next_pos = next_pos + 1
 
-        step_ids, step_phase = step_ids[:, :used], step_phase[:, :used]
+        step_ids, step_phase, argmax_ids = step_ids[:, :used], step_phase[:, :used], argmax_ids[:, :used]
         cot_entropy = cot_entropy[:, :used]
         if noisy_inputs is not None:
             noisy_inputs = noisy_inputs[:, :used]
@@ -260,7 +274,7 @@ class CotEngine:
         return Rollout(setting=setting, sigma=sigma, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
                        step_ids=step_ids, step_phase=step_phase, noisy_inputs=noisy_inputs,
                        cot_entropy=cot_entropy, cot_len=torch.tensor(cot_pos), stopped=torch.tensor(stopped),
-                       completions=completions, cot_texts=cot_texts)
+                       completions=completions, cot_texts=cot_texts, argmax_ids=argmax_ids)
 
 
 def _as_list(x) -> list:

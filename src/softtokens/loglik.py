@@ -21,7 +21,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from softtokens.modeling import hub_revision, load_model, load_tokenizer, pick_device
+from softtokens.modeling import decoder_hidden, hub_revision, load_model, load_tokenizer, output_logits, pick_device
 
 
 def continuation_requests(tokenizer, rows: list[dict]) -> list[tuple[int, int, list[int], int]]:
@@ -57,7 +57,7 @@ def continuation_log_likelihoods(model, pad_id: int, requests: list[tuple[int, i
 
     Requests are batched longest first and left-padded, so every continuation ends at the last
     position and one ``logits_to_keep`` covers them all (the vocabulary projection is only
-    computed where it is needed)."""
+    computed where it is needed, in float32: modeling.output_logits)."""
     dev = model.device
     order = sorted(range(len(requests)), key=lambda i: -len(requests[i][2]))
     out = [0.0] * len(requests)
@@ -73,8 +73,8 @@ def continuation_log_likelihoods(model, pad_id: int, requests: list[tuple[int, i
             mask[k, width - len(x):] = 1
         ids, mask = ids.to(dev), mask.to(dev)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep).logits
-        logp = torch.log_softmax(logits.float(), dim=-1)  # (b, keep, V): predictions of the last keep tokens
+        hidden = decoder_hidden(model, input_ids=ids, attention_mask=mask, position_ids=pos)
+        logp = torch.log_softmax(output_logits(model, hidden[:, -keep:]), dim=-1)  # (b, keep, V), float32
         for k, i in enumerate(chunk):
             whole, n_cont = requests[i][2], requests[i][3]
             target = torch.tensor(whole[-n_cont:], device=dev)

@@ -82,6 +82,37 @@ def load_model(name_or_path: str | Path, dtype: str = "float32", device: str | t
     return model.to(device)
 
 
+def check_plain_output_head(model) -> None:
+    """The engine and the replay compute logits themselves (``output_logits``), so a model whose
+    head does more than ``hidden @ W.T`` (soft-capping, a logit scale) would be silently mis-read."""
+    cfg = model.config
+    for key in ("final_logit_softcapping", "logit_scale", "output_multiplier_scale"):
+        if getattr(cfg, key, None) not in (None, 1, 1.0):
+            raise ValueError(f"{type(model).__name__}: config.{key}={getattr(cfg, key)!r}; the output head must be "
+                             "a plain projection (hidden @ W.T), as in Llama and Qwen2")
+
+
+def decoder_hidden(model, **inputs) -> torch.Tensor:
+    """Last hidden states of the decoder stack (after its final norm), without the vocabulary
+    projection, which ``output_logits`` does in float32."""
+    return model.get_decoder()(**inputs).last_hidden_state
+
+
+def output_logits(model, hidden: torch.Tensor, vocab_rows: int | None = None) -> torch.Tensor:
+    """Logits in float32 from (bf16) hidden states: ``hidden.float() @ W[:vocab_rows].float().T``.
+
+    Every product of two bf16 numbers is exact in float32 and the sum is accumulated and kept in
+    float32, so the logits are not rounded to bf16's 8 significant bits. That matters for fuzzy
+    tokens (tau = 1e-4): bf16 logits of magnitude 16-32 are spaced 0.125 apart, so two candidate
+    tokens either tie exactly (a 50/50 mixture whose replay may not tie) or differ by >= 1250 tau
+    (a one-hot); see README, "Precision". Rows past ``vocab_rows`` (Qwen pads E) are never computed."""
+    weight = model.get_output_embeddings().weight
+    if vocab_rows is not None:
+        weight = weight[:vocab_rows]
+    dtype = torch.promote_types(hidden.dtype, torch.float32)  # float64 stays float64 (gradient checks)
+    return hidden.to(dtype) @ weight.to(dtype).T
+
+
 def hub_revision(model) -> str | None:
     """The hub commit a model was loaded from (None for a local directory), for provenance:
     a hub id alone does not say which weights were used."""

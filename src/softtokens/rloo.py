@@ -9,6 +9,8 @@ Prefill tokens are forced, not sampled, so they carry no term.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 
@@ -47,18 +49,34 @@ def rloo_loss(seq_log_probs: torch.Tensor, advantages: torch.Tensor, total_rows:
     return -(advantages.detach() * seq_log_probs).sum() / total_rows
 
 
+class Replay(NamedTuple):
+    """The update pass's log-probabilities of a rollout batch and how well the replay matched the
+    rollout (README, "Replay consistency"). The last three are sums over the batch's CoT steps."""
+
+    cot: torch.Tensor           # (N,) CoT log-prob, with gradients
+    answer: torch.Tensor        # (N,) answer log-prob, with gradients
+    residual_sum: float         # sum over continuous CoT steps of ||h~ - h0_replay||^2 / (d sigma^2)
+    argmax_mismatches: int      # CoT steps whose replayed argmax token differs from the rollout's
+    cot_steps: int              # CoT steps in the batch
+
+
 def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
-                      vocab_rows: int | None = None, gaussian_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                      vocab_rows: int | None = None, gaussian_scale: float = 1.0) -> Replay:
     """Per-row (CoT log-prob, answer log-prob) of a recorded rollout, with gradients.
 
     One teacher-forced forward over [prompt | recorded step inputs]: hard and prefill/answer
     steps are re-embedded from their token ids (so E gets its usual gradient), continuous CoT
-    steps use the recorded noisy inputs h~ as constants. Logits at the position before step s
-    give the distribution that produced step s: a token log-prob for hard CoT and answer
-    steps, the Gaussian log-density of h~_s around h0_s = softmax(logits / tau) @ E for soft /
-    fuzzy CoT steps. ``gaussian_scale`` multiplies the Gaussian terms (1 = the paper's
-    REINFORCE loss; 1/d weighs them per dimension, see README). Returns two (N,) tensors."""
+    steps use the recorded noisy inputs h~ as constants (fed in the model's compute dtype, as
+    the rollout fed them). Hidden states before step s give the distribution that produced step
+    s: logits in float32 (modeling.output_logits), a token log-prob for hard CoT and answer steps,
+    the Gaussian log-density of the float32 h~_s around h0_s = softmax(logits / tau) @ E (float32)
+    for soft / fuzzy CoT steps. ``gaussian_scale`` multiplies the Gaussian terms (1 = the paper's
+    REINFORCE loss; 1/d weighs them per dimension, see README).
+
+    Every weight is read inside this call, so it can run as the forward of a sharded (FSDP)
+    module whose parameters are gathered for exactly that forward."""
     from softtokens.generation import ANSWER, COT, CONTINUOUS_MODES
+    from softtokens.modeling import decoder_hidden, output_logits
 
     setting = rollout.setting
     emb = model.get_input_embeddings()
@@ -73,19 +91,27 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     x = torch.cat([x_prompt, x_steps], dim=1)
     mask = torch.cat([rollout.prompt_mask, torch.ones_like(rollout.step_ids)], dim=1)
     pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    out = model(inputs_embeds=x, attention_mask=mask, position_ids=pos, logits_to_keep=steps + 1)
-    rows = vocab_rows or out.logits.shape[-1]
-    logits = out.logits[:, :-1, :rows]  # (N, S, V): logits[:, s] produced step s
+    hidden = decoder_hidden(model, inputs_embeds=x, attention_mask=mask, position_ids=pos)
+    logits = output_logits(model, hidden[:, -(steps + 1):-1], vocab_rows)  # (N, S, V): logits[:, s] produced step s
+    rows = logits.shape[-1]
 
     answer_terms = token_log_prob(logits, rollout.step_ids, answer_temperature)
     answer_lp = torch.where(is_answer, answer_terms, 0.0).sum(-1)
+    residual_sum = 0.0
     if continuous:
         probs = torch.softmax(_float(logits) / setting.temperature, dim=-1)
-        mean = probs.to(emb.weight.dtype) @ emb.weight[:rows]  # h0: (N, S, d)
-        cot_terms = gaussian_scale * gaussian_log_prob(rollout.noisy_inputs, mean, sigma)
+        mean = probs @ _float(emb.weight[:rows])  # h0: (N, S, d)
+        gauss = gaussian_log_prob(rollout.noisy_inputs, mean, sigma)
+        cot_terms = gaussian_scale * gauss
+        d = mean.shape[-1]
+        # -2 sigma^2 log N / (d sigma^2) = ||h~ - h0||^2 / (d sigma^2): ~1 when the replay's h0 is the rollout's
+        residual_sum = torch.where(is_cot, gauss.detach(), 0.0).sum().item() * (-2.0 / d)
     elif setting.temperature == answer_temperature:
         cot_terms = answer_terms  # same distribution: one log-softmax over (N, S, V), not two
     else:
         cot_terms = token_log_prob(logits, rollout.step_ids, setting.temperature)
     cot_lp = torch.where(is_cot, cot_terms, 0.0).sum(-1)
-    return cot_lp, answer_lp
+    mismatches = 0
+    if rollout.argmax_ids is not None:
+        mismatches = int((is_cot & (logits.detach().argmax(-1) != rollout.argmax_ids)).sum().item())
+    return Replay(cot_lp, answer_lp, residual_sum, mismatches, int(is_cot.sum().item()))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import shutil
 import time
@@ -31,7 +32,17 @@ from softtokens.generation import CotEngine, CotSetting, row_seed
 from softtokens.modeling import EmbeddingScale, hub_revision, load_model, load_tokenizer, noise_scale
 from softtokens.provenance import atomic_dir, write_jsonl
 from softtokens.rewards import GRADING_TIMEOUT_S, grade, reward_of_grade
-from softtokens.rloo import rloo_advantages, rloo_loss, rollout_log_probs
+from softtokens.rloo import rloo_advantages, rloo_loss
+from softtokens.sharding import (load_optimizer, recover_dir, refresh_rollout_weights, replace_dir,
+                                 rollout_copy, save_optimizer, save_pretrained_consolidated, shard_policy)
+
+# Replay consistency bounds (README, "Replay consistency"): measured in bf16 on CPU, with margin.
+REPLAY_RESIDUAL_MAX = 1.5
+REPLAY_ARGMAX_MISMATCH_MAX = 0.05
+
+
+class ReplayMismatch(RuntimeError):
+    """The update pass does not see the rollout it is meant to score."""
 
 
 @dataclass(frozen=True)
@@ -64,13 +75,20 @@ class TrainConfig:
     val_every: int = 50
     val_size: int = 500
     micro_batch_size: int = 8
-    dtype: str = "bfloat16"
+    param_dtype: str = "float32"       # master weights, their gradients and AdamW state
+    compute_dtype: str = "bfloat16"    # forward / backward of the update pass and the rollout weights
+    activation_checkpointing: bool = False  # recompute each decoder layer in the backward (memory)
     optimizer: str = "adamw"
     gaussian_normalization: str = "sum"  # "sum": the paper's log-density; "mean_dim": divided by d
     grading_timeout_s: float = GRADING_TIMEOUT_S  # per graded answer; past it the answer is wrong
+    replay_residual_max: float = REPLAY_RESIDUAL_MAX      # stop above (README, "Replay consistency")
+    replay_argmax_mismatch_max: float = REPLAY_ARGMAX_MISMATCH_MAX
 
     @classmethod
     def from_settings(cls, settings: dict) -> "TrainConfig":
+        if "dtype" in settings:
+            raise ValueError("'dtype' was split into 'param_dtype' (master weights, float32) and 'compute_dtype' "
+                             "(forward/backward and rollouts: bfloat16 on GPU); set those instead")
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in settings.items() if k in known})
 
@@ -128,32 +146,39 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.dp = DataParallel()
         self.device = self.dp.device
+        rows = cfg.prompts_per_step * cfg.samples_per_prompt
+        if rows % self.dp.world:  # FSDP needs the same number of micro-batches on every process
+            raise ValueError(f"B x G = {rows} rollout rows do not split evenly over {self.dp.world} processes")
         self.tokenizer = load_tokenizer(base_model)
         latest = self.state_dir / "latest"
+        recover_dir(latest)
         self.start_step = 0
         resumed = (latest / "trainer_state.json").exists()
         state = json.loads((latest / "trainer_state.json").read_text()) if resumed else {}
-        self.model = load_model(latest if resumed else base_model, cfg.dtype, self.device)
+        # master weights: every process reads the full model on CPU; FSDP keeps its shard on the device
+        master = load_model(latest if resumed else base_model, cfg.param_dtype, "cpu")
         # the hub commit of the base weights (None for a local base), kept across resumes
-        self.base_revision = state.get("base_revision") if resumed else hub_revision(self.model)
+        self.base_revision = state.get("base_revision") if resumed else hub_revision(master)
         # sigma comes from the base model's E, fixed for the run (modeling.noise_scale: the rule test
         # evaluation shares; greedy validation has no noise); recorded in checkpoints and provenance
         self.scale = EmbeddingScale(**state["embedding_scale"]) if resumed \
-            else noise_scale(base_model, self.model, len(self.tokenizer))[0]
+            else noise_scale(base_model, master, len(self.tokenizer))[0]
         self.embedding_scale = self.scale.as_dict()
         self.sigma = self.scale.sigma(cfg.cot_setting.noise_factor)  # 0 for hard runs
-        self.engine = CotEngine(self.model, self.tokenizer)
+        self.rollout_model = rollout_copy(master, cfg.compute_dtype, self.device)
+        self.engine = CotEngine(self.rollout_model, self.tokenizer)
+        self.policy = shard_policy(master, self.dp.mesh, cfg.compute_dtype, cfg.param_dtype,
+                                   cfg.activation_checkpointing)
         self.gaussian_scale = 1.0 / self.scale.dim if cfg.gaussian_normalization == "mean_dim" else 1.0
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                      eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
         self.metrics: list[dict] = []
         self.best_val = -1.0   # best greedy validation among trained steps (>= 1)
         self.base_val = None   # greedy validation of the base model (step 0)
         if resumed:
-            opt_state = torch.load(latest / "optimizer.pt", map_location=self.device, weights_only=True)
-            self.opt.load_state_dict(opt_state["optimizer"])
-            self.sched.load_state_dict(opt_state["scheduler"])
+            load_optimizer(self.policy, self.opt, latest / "optimizer")
+            self.sched.load_state_dict(torch.load(latest / "scheduler.pt", weights_only=True))
             self.start_step = state["step"]
             self.metrics = [m for m in _read_jsonl(self.state_dir / "metrics.jsonl") if m["step"] <= self.start_step]
             self.base_val = next((m["val_greedy_accuracy"] for m in self.metrics
@@ -176,7 +201,6 @@ class Trainer:
         golds = [p["answer"] for p in problems for _ in range(cfg.samples_per_prompt)]
         n = len(prompts)
         mine = self.dp.shard(n)  # this process's rows (all of them with one process)
-        self.model.eval()
         rollout = self.engine.generate(prompts[mine], cfg.cot_setting, self.sigma, seeds[mine], cfg.cot_max_tokens,
                                        cfg.answer_max_tokens, cfg.answer_temperature)
         t1 = time.time()
@@ -187,27 +211,29 @@ class Trainer:
         adv = rloo_advantages(rewards.view(cfg.prompts_per_step, cfg.samples_per_prompt)).flatten()[mine]
         t2 = time.time()
 
-        self.model.train()
+        self.policy.train()
         local_n = len(graded)
-        loss_sum, cot_lp_sum, ans_lp_sum = 0.0, 0.0, 0.0
+        loss_sum, cot_lp_sum, ans_lp_sum, residual_sum, mismatches, cot_steps = 0.0, 0.0, 0.0, 0.0, 0, 0
         for start in range(0, local_n, cfg.micro_batch_size):
             idx = slice(start, min(local_n, start + cfg.micro_batch_size))
-            cot_lp, ans_lp = rollout_log_probs(self.model, rollout.rows(idx), self.sigma, cfg.answer_temperature,
-                                               self.engine.vocab_rows, self.gaussian_scale)
-            loss = rloo_loss(cot_lp + ans_lp, adv[idx], n)  # divided by the global row count
-            loss.backward()
+            replay = self.policy(rollout.rows(idx), self.sigma, cfg.answer_temperature, self.engine.vocab_rows,
+                                 self.gaussian_scale)
+            loss = rloo_loss(replay.cot + replay.answer, adv[idx], n)  # divided by the global row count
+            loss.backward()  # FSDP reduce-scatters in float32 into the float32 gradient shards
             loss_sum += loss.item()
-            cot_lp_sum += cot_lp.detach().sum().item()
-            ans_lp_sum += ans_lp.detach().sum().item()
-        if self.dp.world > 1:
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            self.dp.sum_gradients(params)
-        else:
-            params = [p for p in self.model.parameters() if p.grad is not None]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+            cot_lp_sum += replay.cot.detach().sum().item()
+            ans_lp_sum += replay.answer.detach().sum().item()
+            residual_sum += replay.residual_sum
+            mismatches += replay.argmax_mismatches
+            cot_steps += replay.cot_steps
+        (residual_sum, mismatches, cot_steps) = self.dp.sum([residual_sum, mismatches, cot_steps])
+        replay_stats = self._check_replay(step, residual_sum, mismatches, cot_steps)  # before the update
+        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.policy.parameters()),
+                                                   cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
         self.opt.step()
         self.sched.step()
         self.opt.zero_grad(set_to_none=True)
+        refresh_rollout_weights(self.policy, self.rollout_model)  # the next rollout sees this update
         t3 = time.time()
 
         r = rewards.view(cfg.prompts_per_step, cfg.samples_per_prompt)
@@ -217,7 +243,7 @@ class Trainer:
                                     sum(g.timed_out for g in graded),
                                     rollout.cot_len.float().sum().item(), rollout.stopped.float().sum().item(),
                                     rollout.cot_entropy.sum().item(), cot_mask.sum().item(), loss_sum, cot_lp_sum,
-                                    ans_lp_sum], self.device)
+                                    ans_lp_sum])
         return {
             "kind": "train", "step": step + 1,
             "reward": r.mean().item(), "reward_std": r.std(dim=1).mean().item(),
@@ -227,39 +253,66 @@ class Trainer:
             "stop_rate": n_stopped / n,
             "entropy": ent_sum / max(1.0, ent_count),
             "loss": loss_sum, "cot_logp": cot_lp_sum / n, "answer_logp": ans_lp_sum / n,
-            "grad_norm": float(grad_norm), "lr": self.sched.get_last_lr()[0],
+            **replay_stats,
+            "grad_norm": _scalar(grad_norm), "lr": self.sched.get_last_lr()[0],
             "seconds_rollout": round(t1 - t0, 3), "seconds_reward": round(t2 - t1, 3),
             "seconds_update": round(t3 - t2, 3),
         }
 
+    def _check_replay(self, step: int, residual_sum: float, mismatches: float, cot_steps: float) -> dict:
+        """Replay residual (soft/fuzzy: mean over CoT steps of ||h~ - h0_replay||^2 / (d sigma^2),
+        ~1 when the teacher-forced replay reproduces the cached rollout) and the share of CoT steps
+        whose argmax token differs between rollout and replay; a run stops past the bounds."""
+        cfg = self.cfg
+        continuous = cfg.cot_setting.mode != "hard"
+        residual = residual_sum / cot_steps if continuous and cot_steps else None
+        mismatch = mismatches / cot_steps if cot_steps else 0.0
+        problems = []
+        if residual is not None and residual > cfg.replay_residual_max:
+            problems.append(f"replay residual {residual:.4f} > replay_residual_max {cfg.replay_residual_max}")
+        if mismatch > cfg.replay_argmax_mismatch_max:
+            problems.append(f"argmax mismatch {mismatch:.2%} of CoT steps > replay_argmax_mismatch_max "
+                            f"{cfg.replay_argmax_mismatch_max:.2%}")
+        if problems:
+            raise ReplayMismatch(
+                f"step {step + 1}: the update pass does not reproduce the rollout it scores ({'; '.join(problems)}; "
+                f"compute_dtype {cfg.compute_dtype}, {int(cot_steps)} CoT steps). The gradient would not be the "
+                "policy gradient of the rollouts: the step was not applied. See README, 'Replay consistency'.")
+        return {"replay_residual": residual, "replay_argmax_mismatch": mismatch}
+
     # ------------------------------------------------------------ validation and checkpoints
     def validate(self, step: int) -> dict:
-        self.model.eval()
         mine = self.val_rows[self.dp.shard(len(self.val_rows))]
         correct = greedy_correct(self.engine, mine, self.cfg.validation_setting, self.cfg.cot_max_tokens,
                                  self.cfg.answer_max_tokens, timeout_s=self.cfg.grading_timeout_s)
-        (correct,) = self.dp.sum([correct], self.device)
+        (correct,) = self.dp.sum([correct])
         return {"kind": "validation", "step": step, "val_greedy_accuracy": correct / len(self.val_rows)}
 
     def _save(self, name: str, step: int, with_optimizer: bool, extra: dict | None = None) -> None:
-        """The main process writes (every process holds the same weights and optimiser state)."""
-        if not self.dp.is_main:
-            self.dp.barrier()
-            return
-        self._write_checkpoint(name, step, with_optimizer, extra)
+        """A consolidated ``save_pretrained`` directory of the master weights (loads with plain
+        from_pretrained), and for resume the sharded AdamW state and the schedule. Every process
+        takes part (the gathers are collective); the main process writes all but the optimizer
+        shards, into a temporary directory that replaces ``name`` once complete."""
+        final = self.state_dir / name
+        tmp = self.state_dir / f".{name}.tmp"
+        if self.dp.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
         self.dp.barrier()
-
-    def _write_checkpoint(self, name: str, step: int, with_optimizer: bool, extra: dict | None) -> None:
-        with atomic_dir(self.state_dir / name) as tmp:
-            self.model.save_pretrained(tmp)
+        save_pretrained_consolidated(self.policy, tmp, self.dp.is_main)
+        if with_optimizer:
+            save_optimizer(self.policy, self.opt, tmp / "optimizer")
+        if self.dp.is_main:
             self.tokenizer.save_pretrained(tmp)
             state = {"step": step, "best_val": self.best_val, "base_val": self.base_val,
                      "embedding_scale": self.embedding_scale,
                      "sigma": self.sigma, "config": asdict(self.cfg), "base_model": str(self.base_model),
-                     "base_revision": self.base_revision, **(extra or {})}
+                     "base_revision": self.base_revision, "processes": self.dp.world, **(extra or {})}
             (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
             if with_optimizer:
-                torch.save({"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict()}, tmp / "optimizer.pt")
+                torch.save(self.sched.state_dict(), tmp / "scheduler.pt")
+            replace_dir(tmp, final)
+        self.dp.barrier()
 
     def _log(self, row: dict) -> None:
         self.metrics.append(row)
@@ -286,7 +339,10 @@ class Trainer:
             self._validate_and_keep_best(0)
         bar = tqdm(range(self.start_step, self.cfg.steps), desc=f"RLOO {self.cfg.mode} seed {self.cfg.seed}",
                    initial=self.start_step, total=self.cfg.steps, mininterval=5, disable=not self.dp.is_main)
+        crash_at = os.environ.get("SOFTTOKENS_CRASH_AT_STEP")  # fault injection for the resume tests
         for step in bar:
+            if crash_at is not None and step == int(crash_at):
+                raise RuntimeError(f"injected crash before step {step + 1} (SOFTTOKENS_CRASH_AT_STEP)")
             row = self.train_step(step)
             self._log(row)
             bar.set_postfix(reward=f"{row['reward']:.1f}", acc=f"{row['frac_correct']:.2f}", best=f"{self.best_val:.3f}")
@@ -304,12 +360,18 @@ class Trainer:
         with atomic_dir(checkpoints_dir) as tmp:
             for name in ("best", "latest"):
                 shutil.move(str(self.state_dir / name), str(tmp / name))
-            opt = tmp / "latest" / "optimizer.pt"
-            if opt.exists():
-                opt.unlink()
+            shutil.rmtree(tmp / "latest" / "optimizer", ignore_errors=True)  # resume state only
+            (tmp / "latest" / "scheduler.pt").unlink(missing_ok=True)
         write_jsonl(metrics_path, self.metrics)
         shutil.rmtree(self.state_dir)
         self.dp.close()
+
+
+def _scalar(t) -> float:
+    """A float from a norm that may be a DTensor (FSDP)."""
+    from torch.distributed.tensor import DTensor
+
+    return float(t.full_tensor() if isinstance(t, DTensor) else t)
 
 
 def _read_jsonl(path: Path) -> list[dict]:

@@ -8,11 +8,14 @@ from snakemake.utils import validate
 
 from softtokens.config import cell_rl, check_config, resolved_rl
 from softtokens.config import job_resources as site_job_resources
+from softtokens.plan import check_plan, train_processes
 
 
 # our check first: its messages name the key ('grids.toy.rl.steps'); then Snakemake's own
 check_config(config)
 validate(config, schema="../schemas/config.schema.yaml")
+# every job's per-GPU memory against the grid's GPUs, before any job starts (`softtokens plan`)
+check_plan(config, config["grid"])
 
 # Jobs run `python -m softtokens`; put the interpreter that runs Snakemake (the project's
 # .venv) first on PATH so a bare `.venv/bin/snakemake` works without activating anything.
@@ -154,20 +157,24 @@ def train_launcher(wildcards, resources):
 def eval_settings(wildcards):
     keys = ("n_samples", "cot_max_tokens", "answer_max_tokens", "batch_size", "seed")
     s = {k: EVAL[k] for k in keys if k in EVAL}
-    s["dtype"] = RL.get("dtype", "float32")
+    s["dtype"] = RL["compute_dtype"]
     s["grading_timeout_s"] = RL["grading_timeout_s"]
     return json.dumps(s, sort_keys=True)
 
 
 def loglik_settings(wildcards):
-    return json.dumps({"batch_size": EVAL.get("loglik_batch_size", 32), "dtype": RL.get("dtype", "float32")},
+    return json.dumps({"batch_size": EVAL.get("loglik_batch_size", 32), "dtype": RL["compute_dtype"]},
                       sort_keys=True)
 
 
 def job_resources(kind):
     """Resources of one kind of job (train / evaluate / evaluate_loglik / cpu); see
-    softtokens.config.job_resources for where partition and account come from."""
-    return site_job_resources(GRID, kind)
+    softtokens.config.job_resources for where partition and account come from. A training job
+    takes its model's GPU count (models.<m>.train_gpus, chosen from the memory plan)."""
+    res = site_job_resources(GRID, kind)
+    if kind == "train" and res.get("gpu", 0) > 0:
+        res["gpu"] = lambda wildcards: train_processes(GRID, wildcards.model)
+    return res
 
 
 def eval_model_input(wildcards):

@@ -1,0 +1,239 @@
+"""The paper grid's training path at tiny scale: its precision (float32 master weights, bf16
+compute), optimizer, learning rate, B x G, micro-batch and activation checkpointing as
+config.yaml sets them, FSDP over 2 processes, the prompt format and MATH-shaped gold answers
+read by the real loader, then evaluation of the checkpoint it writes. Only the sizes a CPU
+cannot afford are cut (the model, CoT length, steps); a defect like AdamW on bf16 weights
+(updates of ~lr rounded away) fails here."""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from softtokens.config import cell_rl, load_config
+from softtokens.data import prepare
+from softtokens.training import TrainConfig, Trainer
+
+from conftest import make_tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
+TINY = dict(steps=2, warmup_steps=20, cot_max_tokens=8, answer_max_tokens=6, val_every=1, val_size=2)
+
+
+def paper_settings(mode: str = "soft", **over) -> dict:
+    """The llama-3b x math cell of the paper grid, unchanged but for the sizes in TINY."""
+    config = load_config(ROOT / "config.yaml")
+    rl = cell_rl(config, "paper", "llama-3b", "math")
+    lr = config["grids"]["paper"]["models"]["llama-3b"]["lr"]
+    return {**rl, **TINY, "mode": mode, "seed": 0, "lr": lr, **over}
+
+
+@pytest.fixture(scope="module")
+def paper_base(tmp_path_factory, toy_tokenizer):
+    """A tiny random Llama and MATH-shaped data (the real loader, on the shipped fixture)."""
+    d = tmp_path_factory.mktemp("paper")
+    make_tiny_model(toy_tokenizer, seed=3, hidden=128).save_pretrained(d / "model")  # the toy base's width
+    toy_tokenizer.save_pretrained(d / "model")
+    splits, _ = prepare("math", {"loader": "math", "path": str(FIXTURES / "math"), "validation_size": 2, "seed": 0},
+                        ("train", "validation"))
+    for split, rows in splits.items():
+        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_paper_settings_are_the_precision_this_checks():
+    s = paper_settings()
+    assert (s["param_dtype"], s["compute_dtype"], s["optimizer"]) == ("float32", "bfloat16", "adamw")
+    assert (s["prompts_per_step"], s["samples_per_prompt"], s["lr"]) == (2, 32, 6e-6)
+
+
+def test_paper_precision_moves_every_weight(paper_base, tmp_path):
+    """Two AdamW steps at lr 6e-6 (the paper's Llama-3B rate, applied from the first step: no
+    warm-up here) change >= 99 % of the entries of every attention, MLP and norm weight of the
+    float32 master weights (the first step alone does too); the same updates applied to bf16
+    weights would round away for most entries of the norms (the defect this guards against)."""
+    cfg = TrainConfig.from_settings(paper_settings(warmup_steps=0, steps=4000))  # the first 2 of the paper's 4000
+    trainer = Trainer(cfg, str(paper_base / "model"), read_rows(paper_base / "train.jsonl"),
+                      read_rows(paper_base / "validation.jsonl"), tmp_path / "_resume")
+    before = {k: v.clone() for k, v in trainer.rollout_model.state_dict().items()}  # bf16 copy of the master
+    initial = _master(trainer)
+    checked, bf16_kept = 0, []
+    for step in range(2):
+        start = _master(trainer)
+        assert trainer.sched.get_last_lr()[0] == pytest.approx(6e-6, rel=1e-5)  # the rate this step applies
+        row = trainer.train_step(step)
+        assert row["reward_std"] > 0, "no reward variance: no gradient to test"
+        after = _master(trainer)
+        for name, w in after.items():
+            if not any(part in name for part in ("self_attn", "mlp", "norm")):
+                continue
+            changed = (w != start[name]).float().mean().item()
+            if step == 0:  # (a later Adam step is ~0 where the gradient's sign flipped: m ~ 0)
+                assert changed >= 0.99, f"step 1, {name}: only {changed:.1%} of master entries changed"
+            if "norm" in name:
+                bf16_kept.append((w.bfloat16() != start[name].bfloat16()).float().mean().item())
+            checked += 1
+    for name, w in after.items():
+        if any(part in name for part in ("self_attn", "mlp", "norm")):
+            assert (w != initial[name]).float().mean().item() >= 0.99, name
+    assert checked >= 2 * 9
+    assert max(bf16_kept) < 0.5  # on bf16 weights most of these updates would vanish
+    # the rollout copy is the bf16 rounding of the current master weights
+    for name, w in trainer.rollout_model.state_dict().items():
+        if name in after:
+            assert torch.equal(w, after[name].to(w.dtype)), name
+    assert any(not torch.equal(before[k], v) for k, v in trainer.rollout_model.state_dict().items())
+
+
+def _master(trainer) -> dict[str, torch.Tensor]:
+    from softtokens.sharding import full_state_dict
+
+    return {k: v.clone() for k, v in full_state_dict(trainer.policy).items()}  # (on CPU it may alias the shards)
+
+
+def test_checkpoint_loads_with_plain_from_pretrained(paper_base, tmp_path):
+    """The consolidated checkpoint written under FSDP is an ordinary save_pretrained directory:
+    float32 master weights, logits equal to the training model's to bf16 tolerance."""
+    from transformers import AutoModelForCausalLM
+
+    cfg = TrainConfig.from_settings(paper_settings(steps=1))
+    trainer = Trainer(cfg, str(paper_base / "model"), read_rows(paper_base / "train.jsonl"),
+                      read_rows(paper_base / "validation.jsonl"), tmp_path / "_resume")
+    trainer.run()
+    ids = trainer.tokenizer(["What is $1+1$? Think step by step."], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        from softtokens.modeling import decoder_hidden, output_logits
+        trainer.policy.unshard()  # the root's weights (E, head) gathered, as inside the policy's forward
+        policy_logits = trainer.policy.lm(input_ids=ids).logits.float()  # FSDP forward, bf16 compute
+        trainer.policy.reshard()
+        rollout_logits = output_logits(trainer.rollout_model, decoder_hidden(trainer.rollout_model, input_ids=ids))
+    trainer.finish(tmp_path / "checkpoints", tmp_path / "metrics.jsonl")
+    ckpt = tmp_path / "checkpoints" / "latest"
+    plain = AutoModelForCausalLM.from_pretrained(ckpt)
+    assert next(plain.parameters()).dtype == torch.float32
+    assert set(load_file(ckpt / "model.safetensors")) <= set(plain.state_dict())
+    with torch.no_grad():
+        logits32 = plain(input_ids=ids).logits
+        logits16 = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.bfloat16)(input_ids=ids).logits.float()
+    scale = logits32.abs().max().item()
+    assert (logits16 - policy_logits).abs().max().item() <= 0.02 * scale + 1e-3
+    assert (logits32 - rollout_logits).abs().max().item() <= 0.02 * scale + 1e-3
+    assert (logits32 - policy_logits).abs().max().item() <= 0.02 * scale + 1e-3
+
+
+def test_memory_plan_matches_what_fsdp_allocates(paper_base, tmp_path):
+    """Master weights, optimizer state and the rollout copy: the plan's bytes are exact on CPU."""
+    from softtokens.plan import TrainJob, load_architecture, train_memory
+    from softtokens.sharding import local_bytes, optimizer_state_tensors
+
+    cfg = TrainConfig.from_settings(paper_settings(steps=1))
+    trainer = Trainer(cfg, str(paper_base / "model"), read_rows(paper_base / "train.jsonl"),
+                      read_rows(paper_base / "validation.jsonl"), tmp_path / "_resume")
+    trainer.train_step(0)
+    plan = train_memory(load_architecture(str(paper_base / "model")),
+                        TrainJob(1, 64, cfg.micro_batch_size, 64, cfg.cot_max_tokens, cfg.answer_max_tokens, True))
+    assert plan["master weights"] == local_bytes(trainer.policy.parameters())
+    assert plan["optimizer state"] == local_bytes(optimizer_state_tensors(trainer.opt))
+    assert plan["rollout weights"] == local_bytes(trainer.rollout_model.parameters())
+
+
+# ---------------------------------------------------------------- two processes (torchrun, gloo)
+def cli_train(base: Path, out: Path, settings: dict, processes: int, env: dict | None = None):
+    args = ["-m", "softtokens", "train", "--settings", json.dumps(settings), "--base", str(base / "model"),
+            "--train", str(base / "train.jsonl"), "--validation", str(base / "validation.jsonl"),
+            "--state-dir", str(out / "_resume"), "--checkpoints", str(out / "checkpoints"),
+            "--metrics", str(out / "metrics.jsonl")]
+    if processes > 1:  # on a GPU node the rule runs `accelerate launch --multi_gpu`; on CPU, torchrun (gloo)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+               "--master_port", str(29500 + (os.getpid() + len(str(out))) % 1000), *args]
+    else:
+        cmd = [sys.executable, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def paper_runs(paper_base, tmp_path_factory):
+    """The paper settings on 1 process, on 2 (FSDP), and on 2 crashed after step 2 then resumed."""
+    d = tmp_path_factory.mktemp("runs")
+    settings = paper_settings(steps=3, val_every=1)
+    done = {}
+    for name, procs in (("one", 1), ("two", 2)):
+        r = cli_train(paper_base, d / name, settings, procs)
+        assert r.returncode == 0, r.stderr[-4000:]
+        done[name] = d / name
+    crashed = cli_train(paper_base, d / "resumed", settings, 2, env={"SOFTTOKENS_CRASH_AT_STEP": "2"})
+    assert crashed.returncode != 0 and "injected crash" in crashed.stderr
+    assert (d / "resumed" / "_resume" / "latest" / "optimizer").is_dir()
+    r = cli_train(paper_base, d / "resumed", settings, 2)
+    assert r.returncode == 0, r.stderr[-4000:]
+    done["resumed"] = d / "resumed"
+    return done
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(run / "checkpoints" / "latest" / "model.safetensors")
+
+
+def test_two_processes_train_like_one(paper_runs):
+    m1, m2 = read_rows(paper_runs["one"] / "metrics.jsonl"), read_rows(paper_runs["two"] / "metrics.jsonl")
+    assert [m["kind"] for m in m1] == [m["kind"] for m in m2]
+    for x, y in zip(m1, m2):
+        if x["kind"] == "train":
+            for k in ("reward", "frac_correct", "frac_boxed", "reward_std"):
+                assert x[k] == y[k], k  # the same rollouts, so exactly the same rewards
+    w1, w2 = _weights(paper_runs["one"]), _weights(paper_runs["two"])
+    assert w1.keys() == w2.keys() and all(w.dtype == torch.float32 for w in w1.values())
+    for k in w1:
+        rel = (w1[k] - w2[k]).norm() / w1[k].norm()
+        assert rel <= 1e-5, f"{k}: relative difference {rel:.2e}"
+    state = json.loads((paper_runs["two"] / "checkpoints" / "latest" / "trainer_state.json").read_text())
+    assert state["processes"] == 2 and state["config"]["compute_dtype"] == "bfloat16"
+    train = [m for m in m2 if m["kind"] == "train"]
+    assert all(m["replay_residual"] is not None and m["replay_argmax_mismatch"] <= 0.05 for m in train)
+
+
+def test_resume_under_fsdp_equals_an_uninterrupted_run(paper_runs):
+    a, b = read_rows(paper_runs["two"] / "metrics.jsonl"), read_rows(paper_runs["resumed"] / "metrics.jsonl")
+    assert [(m["kind"], m["step"]) for m in a] == [(m["kind"], m["step"]) for m in b]
+    for x, y in zip(a, b):
+        for k in ("reward", "loss", "grad_norm", "val_greedy_accuracy"):
+            if k in x:
+                assert x[k] == y[k], (x["step"], k)
+    wa, wb = _weights(paper_runs["two"]), _weights(paper_runs["resumed"])
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert not (paper_runs["resumed"] / "_resume").exists()
+
+
+def test_paper_checkpoint_evaluates(paper_runs, paper_base, tmp_path):
+    """The selected checkpoint goes through selection and evaluation with the paper grid's
+    evaluation settings (bf16 compute), on MATH-shaped golds."""
+    config = load_config(ROOT / "config.yaml")
+    ev = config["grids"]["paper"]["evaluation"]
+    run = paper_runs["two"]
+    sel = subprocess.run([sys.executable, "-m", "softtokens", "select", "--metrics", str(run / "metrics.jsonl"),
+                          "--checkpoints", str(run / "checkpoints"), "--out", str(tmp_path / "selected.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert sel.returncode == 0, sel.stderr[-3000:]
+    settings = {"n_samples": 2, "cot_max_tokens": 8, "answer_max_tokens": ev["answer_max_tokens"],
+                "batch_size": ev["batch_size"], "seed": ev["seed"],
+                "dtype": config["rl"]["compute_dtype"], "grading_timeout_s": config["rl"]["grading_timeout_s"]}
+    out = tmp_path / "soft_sample.json"
+    r = subprocess.run([sys.executable, "-m", "softtokens", "evaluate", "--settings", json.dumps(settings),
+                        "--selected", str(tmp_path / "selected.json"), "--data", str(paper_base / "validation.jsonl"),
+                        "--setting", "soft_sample", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["n_samples"] == 2 and result["n_problems"] == 2
+    assert result["sigma_source"].startswith("base model's E") and result["provenance"]["config"]["dtype"] == "bfloat16"
