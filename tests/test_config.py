@@ -117,7 +117,7 @@ def test_partition_and_account_come_from_the_environment(config):
     assert "slurm_partition" not in job_resources(paper, "train", environ={})
     env = {"SOFTTOKENS_SLURM_PARTITION": "cpuq", "SOFTTOKENS_SLURM_GPU_PARTITION": "gpuq", "SOFTTOKENS_SLURM_ACCOUNT": "a1"}
     train = job_resources(paper, "train", environ=env)
-    assert train["gpu"] == 8 and train["nodes"] == 1 and train["slurm_partition"] == "gpuq" and train["slurm_account"] == "a1"
+    assert train["gpu"] == 2 and train["nodes"] == 1 and train["slurm_partition"] == "gpuq" and train["slurm_account"] == "a1"
     assert job_resources(paper, "cpu", environ=env)["slurm_partition"] == "cpuq"
     assert job_resources(paper, "evaluate", environ={"SOFTTOKENS_SLURM_PARTITION": "all"})["slurm_partition"] == "all"
     assert job_resources(config["grids"]["toy"], "train", environ={}) == {}
