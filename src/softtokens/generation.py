@@ -33,7 +33,7 @@ import torch
 
 from softtokens.data import PREFILL_AFTER_STOP, PREFILL_AT_LIMIT, STOP_TEXT
 from softtokens.metrics import entropy_from_logits
-from softtokens.modeling import check_plain_output_head, decoder_hidden
+from softtokens.modeling import check_plain_output_head, decoder_hidden, float32_weights, output_logits
 
 COT, PREFILL, ANSWER, DONE = 0, 1, 2, 3
 CONTINUOUS_MODES = ("soft", "fuzzy")
@@ -169,10 +169,8 @@ class CotEngine:
         continuous = setting.mode in CONTINUOUS_MODES
         # float32 views of the output projection and of E, made once per call (no copy in float32):
         # logits, the mixture p @ E and the Gaussian noise are float32 (README, "Precision")
-        W = model.get_output_embeddings().weight[: self.vocab_rows]
-        wide = torch.promote_types(W.dtype, torch.float32)  # float64 stays float64 (gradient checks)
-        W32 = W.to(wide)
-        E32 = (W32 if E.data_ptr() == W.data_ptr() else E.to(wide)) if continuous else None
+        W32, E32 = float32_weights(model, self.vocab_rows, with_input=continuous)
+        wide = W32.dtype
         noisy_cot = continuous and sigma > 0
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
         max_steps = cot_max_tokens + max(len(self.prefill_stop), len(self.prefill_limit)) + answer_max_tokens
@@ -191,7 +189,7 @@ class CotEngine:
         pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
         hidden = decoder_hidden(model, input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos,
                                 past_key_values=cache, use_cache=True)
-        logits = hidden[:, -1].to(wide) @ W32.T
+        logits = output_logits(model, hidden[:, -1], weight=W32)
         next_pos = pos[:, -1] + 1
 
         # host-side state machine
@@ -258,7 +256,7 @@ class CotEngine:
             forced = torch.tensor(forced_next, dtype=torch.long, device=dev)
             hidden = decoder_hidden(model, inputs_embeds=x.unsqueeze(1), attention_mask=mask[:, : p_len + s + 1],
                                     position_ids=next_pos.unsqueeze(1), past_key_values=cache, use_cache=True)
-            logits = hidden[:, -1].to(wide) @ W32.T
+            logits = output_logits(model, hidden[:, -1], weight=W32)
             next_pos = next_pos + 1
 
         step_ids, step_phase, argmax_ids = step_ids[:, :used], step_phase[:, :used], argmax_ids[:, :used]

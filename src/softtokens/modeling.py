@@ -98,19 +98,34 @@ def decoder_hidden(model, **inputs) -> torch.Tensor:
     return model.get_decoder()(**inputs).last_hidden_state
 
 
-def output_logits(model, hidden: torch.Tensor, vocab_rows: int | None = None) -> torch.Tensor:
-    """Logits in float32 from (bf16) hidden states: ``hidden.float() @ W[:vocab_rows].float().T``.
+def float32_weights(model, vocab_rows: int | None = None, with_input: bool = False):
+    """The output projection W[:vocab_rows] and, for the soft mixture, E[:vocab_rows], widened to
+    at least float32 once per call site; a tied model gets one copy for both (a float32 copy of a
+    128k x 3k matrix is 1.5 GB, and under autograd its gradient is another). float64 stays float64
+    (gradient checks). Rows past ``vocab_rows`` (Qwen pads E) are never used."""
+    W = model.get_output_embeddings().weight
+    rows = vocab_rows or W.shape[0]
+    wide = torch.promote_types(W.dtype, torch.float32)
+    W32 = W[:rows].to(wide)
+    if not with_input:
+        return W32, None
+    E = model.get_input_embeddings().weight
+    return W32, (W32 if E.data_ptr() == W.data_ptr() else E[:rows].to(wide))
+
+
+def output_logits(model, hidden: torch.Tensor, vocab_rows: int | None = None,
+                  weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Logits in float32 from (bf16) hidden states: ``hidden.float() @ W[:vocab_rows].float().T``
+    (``weight``: that widened W, from float32_weights, when the caller already has it).
 
     Every product of two bf16 numbers is exact in float32 and the sum is accumulated and kept in
     float32, so the logits are not rounded to bf16's 8 significant bits. That matters for fuzzy
     tokens (tau = 1e-4): bf16 logits of magnitude 16-32 are spaced 0.125 apart, so two candidate
     tokens either tie exactly (a 50/50 mixture whose replay may not tie) or differ by >= 1250 tau
-    (a one-hot); see README, "Precision". Rows past ``vocab_rows`` (Qwen pads E) are never computed."""
-    weight = model.get_output_embeddings().weight
-    if vocab_rows is not None:
-        weight = weight[:vocab_rows]
-    dtype = torch.promote_types(hidden.dtype, torch.float32)  # float64 stays float64 (gradient checks)
-    return hidden.to(dtype) @ weight.to(dtype).T
+    (a one-hot); see README, "Precision and sharding"."""
+    if weight is None:
+        weight = float32_weights(model, vocab_rows)[0]
+    return hidden.to(weight.dtype) @ weight.T
 
 
 def hub_revision(model) -> str | None:

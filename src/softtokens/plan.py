@@ -148,7 +148,8 @@ def train_memory(arch: Architecture, job: TrainJob) -> dict[str, float]:
         acts = mb * T * a.layers * per_layer
     m["activations"] = acts + mb * T * a.hidden * c * 4
     m["logits"] = mb * steps * a.vocab * 4 * (6 if job.continuous else 4)
-    fp32_proj = 0 if c >= 4 else 2 * 4 * vd * (2 if job.continuous else 1)  # copies and their gradients
+    # float32 copies of W (and of E for the mixture, when untied) and their gradients
+    fp32_proj = 0 if c >= 4 else 2 * 4 * vd * (2 if job.continuous and not a.tied else 1)
     m["gathered weights"] = 2 * (a.root_params + 2 * a.layer_params) * c + fp32_proj
     held = m["master weights"] + m["optimizer state"] + m["rollout weights"]
     rollout_phase = m["kv cache"] + m["decode transients"] + m["soft inputs"]

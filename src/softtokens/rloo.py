@@ -76,7 +76,7 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     Every weight is read inside this call, so it can run as the forward of a sharded (FSDP)
     module whose parameters are gathered for exactly that forward."""
     from softtokens.generation import ANSWER, COT, CONTINUOUS_MODES
-    from softtokens.modeling import decoder_hidden, output_logits
+    from softtokens.modeling import decoder_hidden, float32_weights, output_logits
 
     setting = rollout.setting
     emb = model.get_input_embeddings()
@@ -92,15 +92,15 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     mask = torch.cat([rollout.prompt_mask, torch.ones_like(rollout.step_ids)], dim=1)
     pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
     hidden = decoder_hidden(model, inputs_embeds=x, attention_mask=mask, position_ids=pos)
-    logits = output_logits(model, hidden[:, -(steps + 1):-1], vocab_rows)  # (N, S, V): logits[:, s] produced step s
-    rows = logits.shape[-1]
+    W32, E32 = float32_weights(model, vocab_rows, with_input=continuous)  # one copy when E is tied to W
+    logits = output_logits(model, hidden[:, -(steps + 1):-1], weight=W32)  # (N, S, V): logits[:, s] produced step s
 
     answer_terms = token_log_prob(logits, rollout.step_ids, answer_temperature)
     answer_lp = torch.where(is_answer, answer_terms, 0.0).sum(-1)
     residual_sum = 0.0
     if continuous:
         probs = torch.softmax(_float(logits) / setting.temperature, dim=-1)
-        mean = probs @ _float(emb.weight[:rows])  # h0: (N, S, d)
+        mean = probs @ E32  # h0: (N, S, d)
         gauss = gaussian_log_prob(rollout.noisy_inputs, mean, sigma)
         cot_terms = gaussian_scale * gauss
         d = mean.shape[-1]
