@@ -65,3 +65,34 @@ def test_reinforce_with_gaussian_term_is_unbiased_for_a_soft_mixture():
     assert torch.allclose(est, true_grad, atol=4 * true_grad.abs().max().item() * 0.02 + 0.02), (est, true_grad)
     rel = (est - true_grad).norm() / true_grad.norm()
     assert rel < 0.05, rel
+
+
+@pytest.mark.parametrize("name", ["hard_sample", "fuzzy_sample"])
+def test_chunked_update_pass_equals_one_chunk(monkeypatch, tiny_model, toy_tokenizer, toy_rows, name):
+    """Log-probabilities, replay statistics and gradients do not depend on how many steps' logits
+    the update pass holds at once (chunks of 7 steps, recomputed in the backward, vs all at once)."""
+    import softtokens.rloo as rloo
+    from softtokens.data import format_prompt
+    from softtokens.generation import INFERENCE_SETTINGS, CotEngine
+
+    setting = INFERENCE_SETTINGS[name]
+    sigma = 0.05 if setting.noise_factor else 1.0
+    prompts = [format_prompt(r["question"]) for r in toy_rows["test"][:3]]
+    rollout = CotEngine(tiny_model, toy_tokenizer).generate(prompts, setting, sigma, [1, 2, 3], 24, 4, 1.0)
+    assert rollout.step_ids.shape[1] > 21
+    results = {}
+    for chunk in (7, 10_000):
+        monkeypatch.setattr(rloo, "LOGIT_CHUNK_STEPS", chunk)
+        tiny_model.zero_grad()
+        out = rloo.rollout_log_probs(tiny_model, rollout, sigma, 1.0, len(toy_tokenizer))
+        (out.cot.sum() + out.answer.sum()).backward()
+        grads = [p.grad.clone() for p in tiny_model.parameters()]
+        results[chunk] = (out, grads)
+    tiny_model.zero_grad()
+    (a, ga), (b, gb) = results[7], results[10_000]
+    torch.testing.assert_close(a.cot, b.cot, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(a.answer, b.answer, atol=1e-5, rtol=1e-6)
+    assert a.residual_sum == pytest.approx(b.residual_sum, rel=1e-5)
+    assert a.argmax_mismatches == b.argmax_mismatches == 0
+    for x, y in zip(ga, gb):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)

@@ -18,7 +18,7 @@ from softtokens.rewards import GRADING_TIMEOUT_S, grade
 
 def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: int, cot_max_tokens: int,
              answer_max_tokens: int, batch_size: int, seed: int, dtype: str = "float32",
-             threads: int = 1, grading_timeout_s: float = GRADING_TIMEOUT_S) -> dict:
+             threads: int = 1, grading_timeout_s: float = GRADING_TIMEOUT_S, refill: bool = True) -> dict:
     """Greedy settings draw 1 CoT per problem, sample settings ``n_samples``; answers greedy.
     sigma follows modeling.noise_scale: the base model's E, as in the model's training."""
     torch.set_num_threads(threads)
@@ -34,32 +34,37 @@ def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: in
     correct = [0] * len(rows)
     boxed = [0] * len(rows)
     timeouts = 0
-    cot_len = [0.0] * len(rows)
+    cot_tokens = [0] * len(rows)
     stopped = [0] * len(rows)
     ent_sum = torch.zeros(cot_max_tokens)
     ent_cnt = torch.zeros(cot_max_tokens)
-    examples = []
     start = time.time()
-    for i in tqdm(range(0, len(jobs), batch_size), desc=f"eval {setting_name}", mininterval=5):
-        chunk = jobs[i:i + batch_size]
-        out = engine.generate([format_prompt(rows[pi]["question"]) for pi, _ in chunk], setting, sigma,
-                              [row_seed(seed, pi, si) for pi, si in chunk], cot_max_tokens, answer_max_tokens,
-                              answer_temperature=0.0)
-        for j, (pi, si) in enumerate(chunk):
-            g = grade(out.completions[j], rows[pi]["answer"], grading_timeout_s)
-            correct[pi] += g.correct
-            boxed[pi] += g.boxed
-            timeouts += g.timed_out
-            cot_len[pi] += out.cot_len[j].item() / n
-            stopped[pi] += int(out.stopped[j])
-            if si == 0 and len(examples) < 3:
-                examples.append({"id": rows[pi]["id"], "cot": out.cot_texts[j], "completion": out.completions[j],
-                                 "gold": rows[pi]["answer"], "correct": g.correct})
+    prompts = [format_prompt(rows[pi]["question"]) for pi, _ in jobs]
+    seeds = [row_seed(seed, pi, si) for pi, si in jobs]
+    finished = engine.stream(prompts, seeds, setting, sigma, cot_max_tokens, answer_max_tokens,
+                             answer_temperature=0.0, batch_size=batch_size, refill=refill)
+    # rows arrive as they finish (slots are refilled); every sum below is order-free, and the
+    # examples are the first problems' first samples whatever the order
+    example_rows = {}
+    for out in tqdm(finished, total=len(jobs), desc=f"eval {setting_name}", mininterval=5):
+        pi, si = jobs[out.job]
+        g = grade(out.completion, rows[pi]["answer"], grading_timeout_s)
+        correct[pi] += g.correct
+        boxed[pi] += g.boxed
+        timeouts += g.timed_out
+        cot_tokens[pi] += out.cot_len
+        stopped[pi] += int(out.stopped)
+        if si == 0 and pi < 3:
+            example_rows[pi] = {"id": rows[pi]["id"], "cot": out.cot_text, "completion": out.completion,
+                                "gold": rows[pi]["answer"], "correct": g.correct}
         # entropy at each CoT position (a row's CoT steps are its first cot_len steps)
-        total, count = entropy_sums(out.cot_entropy, out.step_phase == COT, cot_max_tokens)
+        total, count = entropy_sums(out.cot_entropy[None], (out.step_phase == COT)[None], cot_max_tokens)
         ent_sum += total
         ent_cnt += count
+    examples = [example_rows[pi] for pi in sorted(example_rows)]
 
+    cot_len = [t / n for t in cot_tokens]
+    seconds = time.time() - start
     counts = [(n, c) for c in correct]
     return {
         "setting": setting_name, "model_revision": hub_revision(model), "mode": setting.mode, "temperature": setting.temperature,
@@ -74,7 +79,10 @@ def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: in
         "mean_cot_length": sum(cot_len) / len(rows),
         "entropy_profile": entropy_profile(ent_sum, ent_cnt),
         "entropy_count": ent_cnt.tolist(),
-        "seconds": round(time.time() - start, 2),
+        "seconds": round(seconds, 2),
+        # decode work: slot-steps paid vs slot-steps of running rows (README, "Rollout engine")
+        "engine": {"batch_size": batch_size, "refill": refill, **engine.stream_stats,
+                   "useful_tokens_per_s": round(engine.stream_stats["useful_steps"] / max(seconds, 1e-9), 1)},
         "examples": examples,
         "problems": [{"id": r["id"], "n": n, "correct": c, "boxed": b, "mean_cot_length": round(l, 2)}
                      for r, c, b, l in zip(rows, correct, boxed, cot_len)],

@@ -26,14 +26,20 @@ model writes "is:" without a lone space token. The prefill " \\boxed{" then yiel
 from __future__ import annotations
 
 import hashlib
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
 from softtokens.data import PREFILL_AFTER_STOP, PREFILL_AT_LIMIT, STOP_TEXT
+from softtokens import decode_forward
+from softtokens.decode_forward import DecodeForward
+from softtokens.kvcache import SlotKVCache, prefill_mask
 from softtokens.metrics import entropy_from_logits
 from softtokens.modeling import check_plain_output_head, decoder_hidden, float32_weights, output_logits
+from softtokens.stoprule import StopAutomaton
 
 COT, PREFILL, ANSWER, DONE = 0, 1, 2, 3
 CONTINUOUS_MODES = ("soft", "fuzzy")
@@ -123,10 +129,36 @@ class Rollout:
                        [self.completions[i] for i in sel], [self.cot_texts[i] for i in sel], pick(self.argmax_ids))
 
 
-class CotEngine:
-    """Decodes prompt -> CoT -> prefill -> answer for one model and tokenizer."""
+@dataclass
+class RowResult:
+    """One finished row of ``CotEngine.stream`` (tensors on the CPU, T = the row's steps)."""
 
-    def __init__(self, model, tokenizer):
+    job: int
+    step_ids: torch.Tensor
+    step_phase: torch.Tensor
+    cot_entropy: torch.Tensor
+    argmax_ids: torch.Tensor
+    noisy_inputs: torch.Tensor | None
+    cot_len: int
+    stopped: bool
+    completion: str
+    cot_text: str
+
+
+class CotEngine:
+    """Decodes prompt -> CoT -> prefill -> answer for one model and tokenizer.
+
+    The fast path (README, "Rollout engine"): a preallocated per-slot KV cache (kvcache.py), and
+    a decode step with fixed shapes that runs the whole state machine on the device: phases,
+    positions, the prefill queues, per-row randomness drawn at admission, and the stop rule as a
+    token-level automaton (stoprule.py). The host looks at the rows every ``check_every`` steps
+    (every step on a CPU, where a look costs nothing), to end the loop or refill finished slots;
+    a finished row only writes to a discard column, so the check interval never changes results.
+    On CUDA the step is captured once in a CUDA graph and replayed.
+    ``reference_engine.ReferenceCotEngine`` is the plain loop it reproduces."""
+
+    def __init__(self, model, tokenizer, check_every: int | None = None, fixed_shapes: bool | None = None,
+                 cuda_graphs: bool = True):
         check_plain_output_head(model)
         self.model = model
         self.tokenizer = tokenizer
@@ -137,11 +169,23 @@ class CotEngine:
         self.prefill_stop = tokenizer(PREFILL_AFTER_STOP, add_special_tokens=False)["input_ids"]
         self.prefill_limit = tokenizer(PREFILL_AT_LIMIT, add_special_tokens=False)["input_ids"]
         self.pieces = tokenizer.batch_decode([[i] for i in range(self.vocab_rows)])
-        self._tail = len(STOP_TEXT) + 16
+        self.stop_rule = StopAutomaton(STOP_TEXT, self.pieces)
+        on_cuda = model.device.type == "cuda"
+        self.check_every = check_every or (8 if on_cuda else 1)
+        # fixed shapes: the attention reads the whole preallocated cache (masked), as a captured
+        # graph needs; elsewhere it reads only the columns some row has reached
+        self.fixed_shapes = on_cuda if fixed_shapes is None else fixed_shapes
+        self.cuda_graphs = cuda_graphs and on_cuda and self.fixed_shapes
+        self.fast_forward = decode_forward.supports(model)
+        self.stream_stats: dict[str, int] = {}  # decode steps, slot-steps paid, slot-steps of live rows
 
     @property
     def embedding(self) -> torch.Tensor:
         return self.model.get_input_embeddings().weight[: self.vocab_rows]
+
+    @property
+    def max_prefill(self) -> int:
+        return max(len(self.prefill_stop), len(self.prefill_limit))
 
     def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         enc = self.tokenizer(prompts, padding=True, return_tensors="pt")
@@ -149,6 +193,7 @@ class CotEngine:
         return enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
 
     def _row_randomness(self, seeds: list[int], cot_max: int, answer_max: int, dim: int, noise: bool):
+        """Each row's uniforms (CoT, answer) and CoT noise, from a generator seeded by the row's seed."""
         dev = self.model.device
         u_cot, u_ans, eps = [], [], []
         for seed in seeds:
@@ -162,117 +207,290 @@ class CotEngine:
     @torch.no_grad()
     def generate(self, prompts: list[str], setting: CotSetting, sigma: float, seeds: list[int],
                  cot_max_tokens: int, answer_max_tokens: int, answer_temperature: float = 0.0) -> Rollout:
-        from transformers import DynamicCache
+        """All rows at once, until the last one ends (training rollouts, whose B x G rows start
+        together); the Rollout records every input fed, for the update pass."""
+        prompt_ids, prompt_mask = self.encode_prompts(prompts)
+        run = _DecodeRun(self, setting, sigma, cot_max_tokens, answer_max_tokens, answer_temperature,
+                         slots=len(prompts), max_prompt=prompt_ids.shape[1], record_inputs=True)
+        run.admit(list(range(len(prompts))), prompt_ids, prompt_mask, seeds)
+        while run.live_slots():
+            run.steps(self.check_every)
+        return run.rollout(prompt_ids, prompt_mask)
 
-        model, E = self.model, self.embedding
-        dev, n, dim = model.device, len(prompts), E.shape[1]
-        continuous = setting.mode in CONTINUOUS_MODES
+    @torch.no_grad()
+    def stream(self, prompts: list[str], seeds: list[int], setting: CotSetting, sigma: float, cot_max_tokens: int,
+               answer_max_tokens: int, answer_temperature: float = 0.0, batch_size: int = 64,
+               refill: bool = True) -> Iterator[RowResult]:
+        """Decode many (prompt, seed) jobs through ``batch_size`` slots, yielding each row as it
+        finishes (in finishing order; ``RowResult.job`` is its index). With ``refill`` a finished
+        slot takes the next pending job at once, so the batch stays full; without it, a new wave
+        starts when the whole batch has finished (the old behaviour, for comparison). A row's
+        result does not depend on which rows share its batch."""
+        if len(prompts) != len(seeds):
+            raise ValueError("one seed per prompt")
+        if not prompts:
+            return
+        lengths = [len(x) for x in self.tokenizer(prompts)["input_ids"]]
+        slots = min(batch_size, len(prompts))
+        run = _DecodeRun(self, setting, sigma, cot_max_tokens, answer_max_tokens, answer_temperature,
+                         slots=slots, max_prompt=max(lengths), record_inputs=False)
+        self.stream_stats = {"decode_steps": 0, "slot_steps": 0, "useful_steps": 0}
+        pending = list(range(len(prompts)))[::-1]
+        free = list(range(slots))
+        holder: dict[int, int] = {}
+        while True:
+            if free and pending and (refill or len(free) == slots):
+                take = [(free.pop(), pending.pop()) for _ in range(min(len(free), len(pending)))]
+                ids, mask = self.encode_prompts([prompts[j] for _, j in take])
+                run.admit([s for s, _ in take], ids, mask, [seeds[j] for _, j in take])
+                holder.update(take)
+            if not holder:
+                return
+            run.steps(self.check_every)
+            self.stream_stats["decode_steps"] += self.check_every
+            self.stream_stats["slot_steps"] += self.check_every * slots
+            live = run.live_slots()
+            finished = [s for s in holder if s not in live]
+            for s, row in zip(finished, run.harvest(finished)):
+                row.job = holder.pop(s)
+                free.append(s)
+                self.stream_stats["useful_steps"] += row.step_ids.shape[0]
+                yield row
+
+
+class _DecodeRun:
+    """The device state of one decoding call: ``slots`` rows, each at its own step. Every tensor
+    is allocated once and updated in place (a captured CUDA graph replays on fixed addresses)."""
+
+    def __init__(self, engine: CotEngine, setting: CotSetting, sigma: float, cot_max: int, answer_max: int,
+                 answer_temperature: float, slots: int, max_prompt: int, record_inputs: bool):
+        model = engine.model
+        self.engine, self.model, self.setting, self.sigma = engine, model, setting, sigma
+        self.cot_max, self.answer_max, self.answer_temperature = cot_max, answer_max, answer_temperature
+        self.continuous = setting.mode in CONTINUOUS_MODES
+        self.noisy = self.continuous and sigma > 0
+        dev = self.dev = model.device
+        emb = model.get_input_embeddings()
+        self.compute_dtype = emb.weight.dtype
         # float32 views of the output projection and of E, made once per call (no copy in float32):
         # logits, the mixture p @ E and the Gaussian noise are float32 (README, "Precision")
-        W32, E32 = float32_weights(model, self.vocab_rows, with_input=continuous)
-        wide = W32.dtype
-        noisy_cot = continuous and sigma > 0
-        prompt_ids, prompt_mask = self.encode_prompts(prompts)
-        max_steps = cot_max_tokens + max(len(self.prefill_stop), len(self.prefill_limit)) + answer_max_tokens
-        u_cot, u_ans, eps = self._row_randomness(seeds, cot_max_tokens, answer_max_tokens, dim, noisy_cot)
+        self.W32, self.E32 = float32_weights(model, engine.vocab_rows, with_input=self.continuous)
+        self.dim = dim = emb.weight.shape[1]
+        vocab = engine.vocab_rows
+        self.max_steps = S = cot_max + engine.max_prefill + answer_max
+        self.cache = SlotKVCache(slots, max_prompt + S + 1, dev)
+        # one position of the decoder as plain tensor operations where the architecture allows
+        self.forward = DecodeForward(model, self.cache.max_len) if engine.fast_forward else None
+        self.fixed_shapes = engine.fixed_shapes
+        self.n = slots
+        self.rows = torch.arange(slots, device=dev)
+        long = dict(dtype=torch.long, device=dev)
+        self.phase = torch.full((slots,), DONE, **long)
+        self.cot_pos, self.ans_pos, self.queue_pos, self.queue_kind, self.stop_state, self.step_count = (
+            torch.zeros(slots, **long) for _ in range(6))
+        self.stopped = torch.zeros(slots, dtype=torch.bool, device=dev)
+        self.logits = torch.zeros(slots, vocab, dtype=self.W32.dtype, device=dev)
+        self.u_cot = torch.zeros(slots, cot_max, device=dev)
+        self.u_ans = torch.zeros(slots, answer_max, device=dev)
+        self.eps = torch.zeros(slots, cot_max, dim, device=dev) if self.noisy else None
+        # per-step records; column S is where finished rows write (discarded)
+        self.out_ids = torch.full((slots, S + 1), engine.pad_id, **long)
+        self.out_phase = torch.full((slots, S + 1), DONE, dtype=torch.int8, device=dev)
+        self.out_argmax = torch.full((slots, S + 1), engine.pad_id, **long)
+        self.out_entropy = torch.zeros(slots, S + 1, device=dev)
+        self.out_inputs = (torch.zeros(slots, S + 1, dim, dtype=self.W32.dtype, device=dev)
+                           if record_inputs and self.continuous else None)
+        # constants of the state machine
+        queues = [engine.prefill_stop, engine.prefill_limit]
+        width = max(map(len, queues))
+        self.queues = torch.tensor([q + [engine.pad_id] * (width - len(q)) for q in queues], **long)
+        self.queue_len = torch.tensor([len(q) for q in queues], **long)
+        self.stop_table = engine.stop_rule.table.to(dev)
+        self.accepting = engine.stop_rule.accepting.to(dev)
+        self.is_eos = torch.zeros(vocab, dtype=torch.bool, device=dev)
+        self.is_eos[[t for t in engine.eos_ids if t < vocab]] = True
+        self._live_host = torch.zeros(slots, dtype=torch.bool)
+        self._length_bound = [0] * slots  # host-side upper bound of each slot's cache length
+        self._graph = None
+        if self.fixed_shapes:
+            self.cache.window = self.cache.max_len
+            if dev.type == "cuda" and engine.cuda_graphs:
+                self._graph = self._capture()
 
-        p_len = prompt_ids.shape[1]
-        mask = torch.ones(n, p_len + max_steps, dtype=prompt_mask.dtype, device=dev)
-        mask[:, :p_len] = prompt_mask
-        step_ids = torch.full((n, max_steps), self.pad_id, dtype=torch.long, device=dev)
-        step_phase = torch.full((n, max_steps), DONE, dtype=torch.int8, device=dev)
-        argmax_ids = torch.full((n, max_steps), self.pad_id, dtype=torch.long, device=dev)
-        cot_entropy = torch.zeros(n, max_steps, device=dev)
-        noisy_inputs = torch.zeros(n, max_steps, dim, dtype=wide, device=dev) if continuous else None
-
-        cache = DynamicCache(config=model.config)
+    # ---------------------------------------------------------------- admission
+    def admit(self, slots: list[int], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, seeds: list[int]) -> None:
+        """Prefill new prompts (left-padded batch) into free slots and reset their state."""
+        dev = self.dev
+        if prompt_ids.shape[1] + self.max_steps >= self.cache.max_len:
+            raise ValueError(f"prompt batch of width {prompt_ids.shape[1]} does not fit a cache sized for "
+                             f"{self.cache.max_len - self.max_steps - 1} prompt tokens")
+        idx = torch.tensor(slots, dtype=torch.long, device=dev)
+        real = prompt_mask.sum(1)
+        self.cache.begin_prefill(idx, prompt_ids.shape[1] - real)
         pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
-        hidden = decoder_hidden(model, input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos,
-                                past_key_values=cache, use_cache=True)
-        logits = output_logits(model, hidden[:, -1], weight=W32)
-        next_pos = pos[:, -1] + 1
+        hidden = decoder_hidden(self.model, input_ids=prompt_ids, attention_mask=prefill_mask(prompt_mask, self.compute_dtype),
+                                position_ids=pos, past_key_values=self.cache, use_cache=True)
+        self.cache.end_prefill(real)
+        self.logits[idx] = output_logits(self.model, hidden[:, -1], weight=self.W32)
+        u_cot, u_ans, eps = self.engine._row_randomness(seeds, self.cot_max, self.answer_max, self.dim, self.noisy)
+        self.u_cot[idx], self.u_ans[idx] = u_cot, u_ans
+        if self.noisy:
+            self.eps[idx] = eps
+        self.phase[idx] = COT
+        for t in (self.cot_pos, self.ans_pos, self.queue_pos, self.queue_kind, self.stop_state, self.step_count):
+            t[idx] = 0
+        self.stopped[idx] = False
+        self.out_ids[idx] = self.engine.pad_id
+        self.out_phase[idx] = DONE
+        self.out_argmax[idx] = self.engine.pad_id
+        self.out_entropy[idx] = 0.0
+        if self.out_inputs is not None:
+            self.out_inputs[idx] = 0.0
+        for s, r in zip(slots, real.tolist()):
+            self._length_bound[s] = r
+        self._live_host[slots] = True
 
-        # host-side state machine
-        phase = [COT] * n
-        cot_pos, ans_pos, queue_pos = [0] * n, [0] * n, [0] * n
-        queues: list[list[int]] = [[] for _ in range(n)]
-        tails = [""] * n
-        stopped = [False] * n
-        rows = torch.arange(n, device=dev)
-        forced = torch.full((n,), self.pad_id, dtype=torch.long, device=dev)
-        used = 0
-        for s in range(max_steps):
-            phase_t = torch.tensor(phase, dtype=torch.int8, device=dev)
-            is_cot = phase_t == COT
-            any_cot, any_answer = COT in phase, ANSWER in phase  # skip work no row needs
-            cot_idx = torch.tensor(cot_pos, device=dev).clamp(max=cot_max_tokens - 1) if any_cot else None
-            tok = forced
-            if any_answer:
-                ans_idx = torch.tensor(ans_pos, device=dev).clamp(max=answer_max_tokens - 1)
-                ans_tok = sample_tokens(logits, answer_temperature, u_ans[rows, ans_idx])
-                tok = torch.where(phase_t == ANSWER, ans_tok, tok)
-            argmax = logits.argmax(-1)
-            if any_cot and continuous:
-                mix = probs_at_temperature(logits, setting.temperature).to(wide) @ E32  # (N, d), float32
-                if noisy_cot:
-                    mix = mix + sigma * eps[rows, cot_idx]
-                tok = torch.where(is_cot, argmax, tok)
-            elif any_cot:
-                tok = torch.where(is_cot, sample_tokens(logits, setting.temperature, u_cot[rows, cot_idx]), tok)
-            x = model.get_input_embeddings()(tok)
-            if any_cot and continuous:
-                x = torch.where(is_cot.unsqueeze(-1), mix.to(x.dtype), x)
-                noisy_inputs[:, s] = torch.where(is_cot.unsqueeze(-1), mix, 0)
-            step_ids[:, s] = tok
-            argmax_ids[:, s] = argmax
-            step_phase[:, s] = phase_t
-            if any_cot:
-                cot_entropy[:, s] = torch.where(is_cot, entropy_from_logits(logits), 0.0)
-            used = s + 1
+    # ---------------------------------------------------------------- decoding
+    def live_slots(self) -> set[int]:
+        return set(torch.nonzero(self._live_host).flatten().tolist())
 
-            forced_next = [self.pad_id] * n
-            for i, t in enumerate(tok.tolist()):
-                ph = phase[i]
-                if ph == COT:
-                    cot_pos[i] += 1
-                    tails[i] = (tails[i] + self.pieces[t])[-self._tail:]
-                    if ends_with_stop(tails[i]):
-                        stopped[i], phase[i], queues[i] = True, PREFILL, self.prefill_stop
-                    elif cot_pos[i] >= cot_max_tokens:
-                        phase[i], queues[i] = PREFILL, self.prefill_limit
-                elif ph == PREFILL:
-                    queue_pos[i] += 1
-                elif ph == ANSWER:
-                    ans_pos[i] += 1
-                    if t in self.eos_ids or ans_pos[i] >= answer_max_tokens:
-                        phase[i] = DONE
-                if phase[i] == PREFILL:
-                    if queue_pos[i] < len(queues[i]):
-                        forced_next[i] = queues[i][queue_pos[i]]
-                    else:
-                        phase[i] = ANSWER
-            if all(ph == DONE for ph in phase):
-                break
-            forced = torch.tensor(forced_next, dtype=torch.long, device=dev)
-            hidden = decoder_hidden(model, inputs_embeds=x.unsqueeze(1), attention_mask=mask[:, : p_len + s + 1],
-                                    position_ids=next_pos.unsqueeze(1), past_key_values=cache, use_cache=True)
-            logits = output_logits(model, hidden[:, -1], weight=W32)
-            next_pos = next_pos + 1
+    def steps(self, count: int) -> None:
+        """``count`` decode steps, then one host look at which rows are still running."""
+        for _ in range(count):
+            if self.fixed_shapes:
+                self._replay()
+            else:
+                bound = min(self.cache.max_len, max(self._length_bound) + 1)
+                self.cache.window = bound
+                self._step()
+                self._length_bound = [min(b + 1, self.cache.max_len - 1) for b in self._length_bound]
+        self._live_host = (self.phase != DONE).cpu()
 
-        step_ids, step_phase, argmax_ids = step_ids[:, :used], step_phase[:, :used], argmax_ids[:, :used]
-        cot_entropy = cot_entropy[:, :used]
-        if noisy_inputs is not None:
-            noisy_inputs = noisy_inputs[:, :used]
-        ids_host, phase_host = step_ids.tolist(), step_phase.tolist()
-        completions, cot_texts = [], []
-        for ids, phs in zip(ids_host, phase_host):
-            cot_texts.append(self.tokenizer.decode([t for t, p in zip(ids, phs) if p == COT]))
-            completions.append(self.tokenizer.decode(
-                [t for t, p in zip(ids, phs) if p in (PREFILL, ANSWER)], skip_special_tokens=True))
-        return Rollout(setting=setting, sigma=sigma, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
-                       step_ids=step_ids, step_phase=step_phase, noisy_inputs=noisy_inputs,
-                       cot_entropy=cot_entropy, cot_len=torch.tensor(cot_pos), stopped=torch.tensor(stopped),
-                       completions=completions, cot_texts=cot_texts, argmax_ids=argmax_ids)
+    def _replay(self) -> None:
+        if self._graph is None:
+            self._step()
+        else:
+            self._graph.replay()
+
+    def _capture(self):
+        """One decode step captured in a CUDA graph, before any row is admitted: the warm-up and
+        capture steps then only touch what admission overwrites (logits, the cache column at
+        length 0, the discard column). A step that cannot be captured runs eagerly, with a warning."""
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._step()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._step()
+            return graph
+        except Exception as err:  # a model whose forward syncs with the host cannot be captured
+            warnings.warn(f"decode step not captured in a CUDA graph ({type(err).__name__}: {err}); running eagerly")
+            return None
+
+    def _step(self) -> None:
+        """One decode step for every slot: choose the fed input from the current logits, record it,
+        advance each row's state machine, run the model one position. Device work only."""
+        eng, rows, S = self.engine, self.rows, self.max_steps
+        phase, logits = self.phase, self.logits
+        live = phase != DONE
+        is_cot, is_pre, is_ans = phase == COT, phase == PREFILL, phase == ANSWER
+        argmax = logits.argmax(-1)
+        tok = torch.where(is_pre, self.queues[self.queue_kind, self.queue_pos.clamp(max=self.queues.shape[1] - 1)],
+                          eng.pad_id)
+        u_ans = self.u_ans[rows, self.ans_pos.clamp(max=self.answer_max - 1)]
+        cot_idx = self.cot_pos.clamp(max=self.cot_max - 1)
+        if not self.continuous and self.setting.temperature == self.answer_temperature:
+            # hard CoT and answer tokens from the same distribution: one draw, each row with its own uniform
+            drawn = sample_tokens(logits, self.answer_temperature, torch.where(is_cot, self.u_cot[rows, cot_idx], u_ans))
+            tok = torch.where(is_cot | is_ans, drawn, tok)
+        else:
+            tok = torch.where(is_ans, argmax if self.answer_temperature == 0
+                              else sample_tokens(logits, self.answer_temperature, u_ans), tok)
+        if self.continuous:
+            mix = probs_at_temperature(logits, self.setting.temperature).to(self.E32.dtype) @ self.E32
+            if self.noisy:
+                mix = mix + self.sigma * self.eps[rows, cot_idx]
+            tok = torch.where(is_cot, argmax, tok)
+        elif self.setting.temperature != self.answer_temperature:
+            tok = torch.where(is_cot, sample_tokens(logits, self.setting.temperature, self.u_cot[rows, cot_idx]), tok)
+        x = self.model.get_input_embeddings()(tok)
+        if self.continuous:
+            x = torch.where(is_cot.unsqueeze(-1), mix.to(x.dtype), x)
+
+        # record at each row's step column (finished rows: the discard column S), flat index_copy_
+        flat = rows * (S + 1) + torch.where(live, self.step_count, S)
+        self.out_ids.view(-1).index_copy_(0, flat, tok)
+        self.out_phase.view(-1).index_copy_(0, flat, phase.to(torch.int8))
+        self.out_argmax.view(-1).index_copy_(0, flat, argmax)
+        self.out_entropy.view(-1).index_copy_(0, flat, torch.where(is_cot, entropy_from_logits(logits), 0.0))
+        if self.out_inputs is not None:
+            self.out_inputs.view(-1, self.dim).index_copy_(0, flat, torch.where(is_cot.unsqueeze(-1), mix, 0.0))
+        self.step_count += live
+
+        # the state machine (module docstring), every row at once
+        state = self.stop_table[tok, self.stop_state].long()
+        self.stop_state.copy_(torch.where(is_cot, state, self.stop_state))
+        self.cot_pos += is_cot
+        hit_stop = is_cot & self.accepting[self.stop_state]
+        hit_limit = is_cot & ~hit_stop & (self.cot_pos >= self.cot_max)
+        self.stopped |= hit_stop
+        self.queue_kind.copy_(torch.where(hit_limit, 1, torch.where(hit_stop, 0, self.queue_kind)))
+        self.queue_pos += is_pre
+        self.ans_pos += is_ans
+        ans_done = is_ans & (self.is_eos[tok] | (self.ans_pos >= self.answer_max))
+        new_phase = torch.where(hit_stop | hit_limit, PREFILL, phase)
+        new_phase = torch.where(ans_done, DONE, new_phase)
+        exhausted = (new_phase == PREFILL) & (self.queue_pos >= self.queue_len[self.queue_kind])
+        phase.copy_(torch.where(exhausted, ANSWER, new_phase))
+
+        cache = self.cache
+        if self.forward is not None:
+            hidden = self.forward(x, cache.lengths, cache)
+        else:
+            hidden = decoder_hidden(self.model, inputs_embeds=x.unsqueeze(1), attention_mask=cache.decode_mask(x.dtype),
+                                    position_ids=cache.lengths.unsqueeze(1), past_key_values=cache, use_cache=True)[:, -1]
+        logits.copy_(output_logits(self.model, hidden, weight=self.W32))
+        cache.lengths += live
+
+    # ---------------------------------------------------------------- results
+    def harvest(self, slots: list[int]) -> list[RowResult]:
+        if not slots:
+            return []
+        idx = torch.tensor(slots, dtype=torch.long, device=self.dev)
+        steps = self.step_count[idx].tolist()
+        width = max(steps)
+        ids, phase = self.out_ids[idx, :width].cpu(), self.out_phase[idx, :width].cpu()
+        entropy, argmax = self.out_entropy[idx, :width].cpu(), self.out_argmax[idx, :width].cpu()
+        inputs = self.out_inputs[idx, :width].cpu() if self.out_inputs is not None else None
+        cot_len, stopped = self.cot_pos[idx].tolist(), self.stopped[idx].tolist()
+        texts = _texts(self.engine.tokenizer, ids.tolist(), phase.tolist())
+        return [RowResult(-1, ids[i, :t], phase[i, :t], entropy[i, :t], argmax[i, :t],
+                          None if inputs is None else inputs[i, :t], cot_len[i], stopped[i], *texts[i])
+                for i, t in enumerate(steps)]
+
+    def rollout(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> Rollout:
+        used = int(self.step_count.max())
+        texts = _texts(self.engine.tokenizer, self.out_ids[:, :used].tolist(), self.out_phase[:, :used].tolist())
+        return Rollout(setting=self.setting, sigma=self.sigma, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
+                       step_ids=self.out_ids[:, :used].clone(), step_phase=self.out_phase[:, :used].clone(),
+                       noisy_inputs=None if self.out_inputs is None else self.out_inputs[:, :used].clone(),
+                       cot_entropy=self.out_entropy[:, :used].clone(), cot_len=self.cot_pos.cpu(),
+                       stopped=self.stopped.cpu(), completions=[c for c, _ in texts], cot_texts=[t for _, t in texts],
+                       argmax_ids=self.out_argmax[:, :used].clone())
+
+
+def _texts(tokenizer, ids: list[list[int]], phases: list[list[int]]) -> list[tuple[str, str]]:
+    """(completion, CoT text) per row: the completion is what followed the CoT (prefill + answer)."""
+    out = []
+    for row, phs in zip(ids, phases):
+        cot = tokenizer.decode([t for t, p in zip(row, phs) if p == COT])
+        completion = tokenizer.decode([t for t, p in zip(row, phs) if p in (PREFILL, ANSWER)], skip_special_tokens=True)
+        out.append((completion, cot))
+    return out
 
 
 def _as_list(x) -> list:

@@ -7,11 +7,13 @@ What a training job holds on each of its P processes (softtokens.sharding):
   (FSDP2 splits each tensor along dim 0 into P chunks; rank 0 holds the largest);
 - the rollout copy of the whole model in ``compute_dtype``;
 - while decoding its B*G/P rows: the KV cache, float32 copies of the output projection (and of E
-  when untied, for the soft mixture), per-step logits, the recorded float32 soft inputs;
+  when untied, for the soft mixture), per-step logits, the recorded float32 soft inputs and each
+  row's Gaussian noise;
 - while updating one micro-batch: the gathered compute-dtype weights and gradients of the root
   (E, head, final norm) and of two decoder layers (FSDP prefetches one), float32 copies of the
   projection (and their gradients), the activations a layer saves for its backward (all layers,
-  or with activation checkpointing only each layer's input plus one layer recomputed), logits.
+  or with activation checkpointing only each layer's input plus one layer recomputed), and the
+  float32 logits of one chunk of LOGIT_CHUNK_STEPS steps (rloo.rollout_log_probs).
 The saved-activation count per token and layer is that of a Llama/Qwen2 block under SDPA with a
 padding mask (K and V repeated to all heads): 4d + 4 h hd + 4 kv hd + 4 I values.
 Parameters, gradients and optimizer state are exact (tests compare them with what FSDP
@@ -25,6 +27,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from softtokens.rloo import LOGIT_CHUNK_STEPS
 
 GB = 1e9
 ARCHITECTURES = Path(__file__).resolve().parent / "architectures"
@@ -139,6 +143,8 @@ def train_memory(arch: Architecture, job: TrainJob) -> dict[str, float]:
         "decode transients": wide_copies * 4 * vd + rows * a.vocab * 4 * 4
                              + rows * job.prompt_tokens * (3 * a.hidden + 2 * a.intermediate) * c,
         "soft inputs": rows * steps * a.hidden * 4 if job.continuous else 0,
+        # each row's Gaussian noise, drawn at admission from its own generator (generation.py)
+        "row noise": rows * job.cot_tokens * a.hidden * 4 if job.continuous else 0,
     }
     mb, T = min(job.micro_batch, rows), job.prompt_tokens + steps
     per_layer = saved_per_token_layer(a) * c
@@ -147,12 +153,13 @@ def train_memory(arch: Architecture, job: TrainJob) -> dict[str, float]:
     else:
         acts = mb * T * a.layers * per_layer
     m["activations"] = acts + mb * T * a.hidden * c * 4
-    m["logits"] = mb * steps * a.vocab * 4 * (6 if job.continuous else 4)
+    # float32 logits of LOGIT_CHUNK_STEPS steps at a time (rloo.rollout_log_probs), recomputed in the backward
+    m["logits"] = mb * min(steps, LOGIT_CHUNK_STEPS) * a.vocab * 4 * (6 if job.continuous else 4)
     # float32 copies of W (and of E for the mixture, when untied) and their gradients
     fp32_proj = 0 if c >= 4 else 2 * 4 * vd * (2 if job.continuous and not a.tied else 1)
     m["gathered weights"] = 2 * (a.root_params + 2 * a.layer_params) * c + fp32_proj
     held = m["master weights"] + m["optimizer state"] + m["rollout weights"]
-    rollout_phase = m["kv cache"] + m["decode transients"] + m["soft inputs"]
+    rollout_phase = m["kv cache"] + m["decode transients"] + m["soft inputs"] + m["row noise"]
     update_phase = m["gradients"] + m["soft inputs"] + m["activations"] + m["logits"] + m["gathered weights"]
     m["peak"] = held + max(rollout_phase, update_phase)
     return m
@@ -168,7 +175,8 @@ def eval_memory(arch: Architecture, batch: int, prompt_tokens: int, cot_tokens: 
          "decode transients": (0 if c >= 4 else (1 + (continuous and not a.tied)) * 4 * vd)
                               + batch * a.vocab * 4 * 4
                               + batch * prompt_tokens * (3 * a.hidden + 2 * a.intermediate) * c,
-         "soft inputs": batch * steps * a.hidden * 4 if continuous else 0}
+         # evaluation keeps no fed inputs, only each row's noise (drawn at admission)
+         "row noise": batch * cot_tokens * a.hidden * 4 if continuous else 0}
     m["peak"] = sum(m.values())
     return m
 

@@ -12,6 +12,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+from torch.utils.checkpoint import checkpoint
+
+# steps whose float32 logits the update pass holds at once (rollout_log_probs)
+LOGIT_CHUNK_STEPS = 64
 
 
 def _float(t: torch.Tensor) -> torch.Tensor:
@@ -76,7 +80,7 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     Every weight is read inside this call, so it can run as the forward of a sharded (FSDP)
     module whose parameters are gathered for exactly that forward."""
     from softtokens.generation import ANSWER, COT, CONTINUOUS_MODES
-    from softtokens.modeling import decoder_hidden, float32_weights, output_logits
+    from softtokens.modeling import decoder_hidden, float32_weights
 
     setting = rollout.setting
     emb = model.get_input_embeddings()
@@ -93,25 +97,46 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
     hidden = decoder_hidden(model, inputs_embeds=x, attention_mask=mask, position_ids=pos)
     W32, E32 = float32_weights(model, vocab_rows, with_input=continuous)  # one copy when E is tied to W
-    logits = output_logits(model, hidden[:, -(steps + 1):-1], weight=W32)  # (N, S, V): logits[:, s] produced step s
-
-    answer_terms = token_log_prob(logits, rollout.step_ids, answer_temperature)
-    answer_lp = torch.where(is_answer, answer_terms, 0.0).sum(-1)
-    residual_sum = 0.0
-    if continuous:
-        probs = torch.softmax(_float(logits) / setting.temperature, dim=-1)
-        mean = probs @ E32  # h0: (N, S, d)
-        gauss = gaussian_log_prob(rollout.noisy_inputs, mean, sigma)
-        cot_terms = gaussian_scale * gauss
-        d = mean.shape[-1]
-        # -2 sigma^2 log N / (d sigma^2) = ||h~ - h0||^2 / (d sigma^2): ~1 when the replay's h0 is the rollout's
-        residual_sum = torch.where(is_cot, gauss.detach(), 0.0).sum().item() * (-2.0 / d)
-    elif setting.temperature == answer_temperature:
-        cot_terms = answer_terms  # same distribution: one log-softmax over (N, S, V), not two
-    else:
-        cot_terms = token_log_prob(logits, rollout.step_ids, setting.temperature)
-    cot_lp = torch.where(is_cot, cot_terms, 0.0).sum(-1)
-    mismatches = 0
-    if rollout.argmax_ids is not None:
-        mismatches = int((is_cot & (logits.detach().argmax(-1) != rollout.argmax_ids)).sum().item())
+    h = hidden[:, -(steps + 1):-1]  # h[:, s] produced step s
+    # The (N, S, V) float32 logits never exist at once: each chunk of steps computes its terms and,
+    # under autograd, is recomputed in the backward pass (README, "Rollout engine").
+    parts = []
+    for lo in range(0, steps, LOGIT_CHUNK_STEPS):
+        hi = min(lo + LOGIT_CHUNK_STEPS, steps)
+        args = (h[:, lo:hi], W32, E32, rollout.step_ids[:, lo:hi], is_cot[:, lo:hi], is_answer[:, lo:hi],
+                None if not continuous else rollout.noisy_inputs[:, lo:hi],
+                None if rollout.argmax_ids is None else rollout.argmax_ids[:, lo:hi])
+        kw = dict(setting=setting, sigma=sigma, answer_temperature=answer_temperature, gaussian_scale=gaussian_scale)
+        if torch.is_grad_enabled():
+            parts.append(checkpoint(_chunk_terms, *args, use_reentrant=False, **kw))
+        else:
+            parts.append(_chunk_terms(*args, **kw))
+    cot_lp = sum(p[0] for p in parts)
+    answer_lp = sum(p[1] for p in parts)
+    residual_sum = float(sum(p[2] for p in parts)) * (-2.0 / hidden.shape[-1]) if continuous else 0.0
+    mismatches = int(sum(p[3] for p in parts)) if rollout.argmax_ids is not None else 0
     return Replay(cot_lp, answer_lp, residual_sum, mismatches, int(is_cot.sum().item()))
+
+
+def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, *, setting, sigma, answer_temperature,
+                 gaussian_scale):
+    """(CoT log-prob, answer log-prob, sum of Gaussian terms, argmax mismatches) of a chunk of steps."""
+    from softtokens.generation import CONTINUOUS_MODES
+
+    logits = h.to(W32.dtype) @ W32.T  # float32 (modeling.output_logits)
+    answer_terms = token_log_prob(logits, step_ids, answer_temperature)
+    answer_lp = torch.where(is_answer, answer_terms, 0.0).sum(-1)
+    gauss_sum = logits.new_zeros(())
+    if setting.mode in CONTINUOUS_MODES:
+        probs = torch.softmax(_float(logits) / setting.temperature, dim=-1)
+        gauss = gaussian_log_prob(noisy, probs @ E32, sigma)  # around h0 = softmax(logits / tau) @ E
+        cot_terms = gaussian_scale * gauss
+        # -2 sigma^2 log N / (d sigma^2) = ||h~ - h0||^2 / (d sigma^2): ~1 when the replay's h0 is the rollout's
+        gauss_sum = torch.where(is_cot, gauss.detach(), 0.0).sum()
+    elif setting.temperature == answer_temperature:
+        cot_terms = answer_terms  # same distribution: one log-softmax, not two
+    else:
+        cot_terms = token_log_prob(logits, step_ids, setting.temperature)
+    cot_lp = torch.where(is_cot, cot_terms, 0.0).sum(-1)
+    mismatches = (is_cot & (logits.detach().argmax(-1) != argmax_ids)).sum() if argmax_ids is not None else 0
+    return cot_lp, answer_lp, gauss_sum, mismatches

@@ -123,13 +123,9 @@ def greedy_correct(engine: CotEngine, rows: list[dict], setting: CotSetting, cot
                    answer_max: int, batch_size: int = 256, timeout_s: float = GRADING_TIMEOUT_S) -> int:
     """Number of rows answered correctly with a noise-free CoT and a greedy answer (the paper's
     greedy validation: no Gaussian noise, so sigma plays no part)."""
-    correct = 0
-    for i in range(0, len(rows), batch_size):
-        chunk = rows[i:i + batch_size]
-        out = engine.generate([format_prompt(r["question"]) for r in chunk], setting, 0.0,
-                              [0] * len(chunk), cot_max, answer_max, answer_temperature=0.0)
-        correct += sum(grade(c, r["answer"], timeout_s).correct for c, r in zip(out.completions, chunk))
-    return correct
+    prompts = [format_prompt(r["question"]) for r in rows]
+    finished = engine.stream(prompts, [0] * len(rows), setting, 0.0, cot_max, answer_max, batch_size=batch_size)
+    return sum(grade(row.completion, rows[row.job]["answer"], timeout_s).correct for row in finished)
 
 
 def greedy_accuracy(engine: CotEngine, rows: list[dict], setting: CotSetting, cot_max: int,

@@ -1,0 +1,159 @@
+"""The fast engine reproduces the reference loop (reference_engine.py) in all six settings: the same
+tokens, phases and completions, the same recorded soft inputs, the same log-probabilities; its
+stop automaton is the text rule; slot refill and the host-check interval change nothing."""
+
+import copy
+import random
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from softtokens.data import STOP_TEXT, format_prompt
+from softtokens.generation import DONE, INFERENCE_SETTINGS, CotEngine, ends_with_stop
+from softtokens.reference_engine import ReferenceCotEngine
+from softtokens.rloo import rollout_log_probs
+from softtokens.stoprule import StopAutomaton
+
+from conftest import make_tiny_model
+
+
+def _prompts(rows, k):
+    # different lengths: left padding in the reference, left-aligned slots in the fast engine
+    return [format_prompt(r["question"]) + " " * (i % 3) for i, r in enumerate(rows[:k])]
+
+
+def _qwen_like(tok):
+    """Qwen2 family: grouped-query attention (1 KV head for 4 query heads) and q/k/v biases."""
+    cfg = Qwen2Config(vocab_size=len(tok) + 5, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=False,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(5)
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def model(request, toy_tokenizer):
+    return make_tiny_model(toy_tokenizer, seed=3) if request.param == "llama" else _qwen_like(toy_tokenizer)
+
+
+def _sigma(setting):
+    return 0.05 if setting.noise_factor > 0 else 0.0
+
+
+@pytest.mark.parametrize("name", list(INFERENCE_SETTINGS))
+def test_fast_engine_equals_reference(model, toy_tokenizer, toy_rows, name):
+    setting = INFERENCE_SETTINGS[name]
+    prompts, seeds = _prompts(toy_rows["test"], 6), [3, 1, 4, 1, 5, 9]
+    args = (prompts, setting, _sigma(setting), seeds, 24, 5)
+    fast = CotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
+    ref = ReferenceCotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
+    assert fast.step_ids.shape == ref.step_ids.shape
+    assert torch.equal(fast.step_ids, ref.step_ids)
+    assert torch.equal(fast.step_phase, ref.step_phase)
+    live = ref.step_phase != DONE
+    assert torch.equal(fast.argmax_ids[live], ref.argmax_ids[live])
+    assert fast.completions == ref.completions and fast.cot_texts == ref.cot_texts
+    assert torch.equal(fast.cot_len, ref.cot_len) and torch.equal(fast.stopped, ref.stopped)
+    torch.testing.assert_close(fast.cot_entropy, ref.cot_entropy, atol=1e-5, rtol=0)
+    if setting.mode != "hard":
+        torch.testing.assert_close(fast.noisy_inputs, ref.noisy_inputs, atol=1e-5, rtol=0)
+        assert fast.noisy_inputs.dtype == torch.float32
+    sigma = _sigma(setting) or 1.0
+    with torch.no_grad():
+        lp_fast = rollout_log_probs(model, fast, sigma, 1.0, len(toy_tokenizer))
+        lp_ref = rollout_log_probs(model, ref, sigma, 1.0, len(toy_tokenizer))
+    torch.testing.assert_close(lp_fast.cot, lp_ref.cot, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(lp_fast.answer, lp_ref.answer, atol=1e-5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["hard_sample", "fuzzy_sample"])
+def test_fixed_shapes_and_check_interval_change_nothing(tiny_model, toy_tokenizer, toy_rows, name):
+    """The CUDA-graph layout (attention over every cache column, masked) and a host look every 5
+    steps give the windowed, every-step result."""
+    setting = INFERENCE_SETTINGS[name]
+    args = (_prompts(toy_rows["test"], 5), setting, _sigma(setting), [7, 8, 9, 10, 11], 20, 4)
+    plain = CotEngine(tiny_model, toy_tokenizer).generate(*args, answer_temperature=1.0)
+    fixed = CotEngine(tiny_model, toy_tokenizer, check_every=5, fixed_shapes=True).generate(*args, answer_temperature=1.0)
+    assert torch.equal(plain.step_ids, fixed.step_ids) and torch.equal(plain.step_phase, fixed.step_phase)
+    assert plain.completions == fixed.completions
+    if plain.noisy_inputs is not None:
+        torch.testing.assert_close(plain.noisy_inputs, fixed.noisy_inputs, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["hard_sample", "soft_sample"])
+def test_stream_with_refill_equals_one_batch(tiny_model, toy_tokenizer, toy_rows, name):
+    """Nine jobs through 3 slots (refilled as rows finish, 2 samples per problem) give each job
+    the row it gets in one big batch; without refill too."""
+    setting = INFERENCE_SETTINGS[name]
+    prompts = [p for p in _prompts(toy_rows["test"], 5) for _ in range(2)][:9]
+    seeds = list(range(100, 109))
+    eng = CotEngine(tiny_model, toy_tokenizer)
+    whole = eng.generate(prompts, setting, _sigma(setting), seeds, 20, 4)
+    for refill in (True, False):
+        rows = list(eng.stream(prompts, seeds, setting, _sigma(setting), 20, 4, batch_size=3, refill=refill))
+        assert sorted(r.job for r in rows) == list(range(9))
+        for r in rows:
+            t = r.step_ids.shape[0]
+            assert r.step_ids.tolist() == whole.step_ids[r.job, :t].tolist()
+            assert (whole.step_phase[r.job, t:] == DONE).all()
+            assert r.completion == whole.completions[r.job] and r.cot_text == whole.cot_texts[r.job]
+            assert r.cot_len == int(whole.cot_len[r.job]) and r.stopped == bool(whole.stopped[r.job])
+            torch.testing.assert_close(r.cot_entropy, whole.cot_entropy[r.job, :t], atol=1e-5, rtol=0)
+
+
+def test_refill_keeps_the_batch_full(tiny_model, toy_tokenizer, toy_rows):
+    """Rows end at different steps; with refill the slots spend fewer decode steps idle (finished)
+    and the stream takes fewer steps than waves of whole batches."""
+    stopper = copy.deepcopy(tiny_model)
+    with torch.no_grad():  # an end-of-sequence logit large for about half the hidden states
+        direction = torch.nn.functional.normalize(torch.randn(32, generator=torch.Generator().manual_seed(0)), dim=0)
+        stopper.lm_head.weight[toy_tokenizer.eos_token_id] = 4.0 * direction
+    eng = CotEngine(stopper, toy_tokenizer)
+    prompts, seeds = _prompts(toy_rows["test"], 12), list(range(12))
+    stats = {}
+    for refill in (True, False):
+        rows = list(eng.stream(prompts, seeds, INFERENCE_SETTINGS["hard_sample"], 0.0, 12, 30,
+                               answer_temperature=1.0, batch_size=4, refill=refill))
+        assert len({r.step_ids.shape[0] for r in rows}) > 1  # rows really end at different steps
+        stats[refill] = dict(eng.stream_stats)
+    assert stats[True]["useful_steps"] == stats[False]["useful_steps"]
+    assert stats[True]["decode_steps"] < stats[False]["decode_steps"]
+    assert stats[True]["useful_steps"] / stats[True]["slot_steps"] > stats[False]["useful_steps"] / stats[False]["slot_steps"]
+
+
+def test_stop_automaton_is_the_text_rule():
+    """On random token pieces built from the stop text's characters, spaces and noise, the
+    automaton's verdict after every token equals ``text.rstrip().endswith(STOP_TEXT)``."""
+    rnd = random.Random(0)
+    alphabet = list(set(STOP_TEXT)) + [" ", "\n", "\t", "x", ":", "\u00a0", "é"]
+    pieces = ["".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 6))) for _ in range(300)]
+    pieces += [STOP_TEXT, " " + STOP_TEXT, STOP_TEXT + "  ", "The", " final", " answer", " is", ":", " ", "is:"]
+    rule = StopAutomaton(STOP_TEXT, pieces)
+    hits = 0
+    for trial in range(400):
+        state, text = 0, ""
+        for _ in range(rnd.randint(1, 30)):
+            v = rnd.randrange(len(pieces)) if trial % 2 else rnd.randrange(len(pieces) - 10, len(pieces))
+            state, text = int(rule.table[v, state]), text + pieces[v]
+            assert rule.accepts(state) == ends_with_stop(text), repr(text)
+            hits += rule.accepts(state)
+    assert hits > 50
+
+
+def test_fast_step_has_no_host_work(tiny_model, toy_tokenizer, toy_rows):
+    """The decode step traces as one graph (torch.compile fullgraph: any host sync, .item(),
+    .tolist() or data-dependent Python branch would break it), which is what CUDA-graph capture needs."""
+    eng = CotEngine(tiny_model, toy_tokenizer, fixed_shapes=True)
+    from softtokens.generation import _DecodeRun
+
+    for name in ("soft_sample",):
+        setting = INFERENCE_SETTINGS[name]
+        ids, mask = eng.encode_prompts(_prompts(toy_rows["test"], 2))
+        run = _DecodeRun(eng, setting, _sigma(setting), 8, 3, 1.0, slots=2, max_prompt=ids.shape[1], record_inputs=True)
+        run.admit([0, 1], ids, mask, [1, 2])
+        torch._dynamo.reset()
+        step = torch.compile(run._step, fullgraph=True, backend="eager")
+        for _ in range(3):
+            step()
+        assert (run.step_count == 3).all()
