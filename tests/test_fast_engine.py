@@ -157,3 +157,26 @@ def test_fast_step_has_no_host_work(tiny_model, toy_tokenizer, toy_rows):
         for _ in range(3):
             step()
         assert (run.step_count == 3).all()
+
+
+@pytest.mark.parametrize("name", ["soft_sample", "fuzzy_sample", "hard_sample"])
+def test_bf16_fast_engine_passes_the_paper_replay_bounds(toy_tokenizer, toy_rows, name):
+    """The paper grid decodes in bfloat16 (compute_dtype) with this engine and replays with the
+    HF forward: the replay residual and argmax mismatch stay inside the bounds training enforces
+    (config rl.replay_residual_max, rl.replay_argmax_mismatch_max)."""
+    import yaml
+    from pathlib import Path
+
+    rl = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())["rl"]
+    setting = INFERENCE_SETTINGS[name]
+    model = make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=4)
+    sigma = 0.05 if setting.noise_factor else 1.0
+    rollout = CotEngine(model, toy_tokenizer).generate(_prompts(toy_rows["test"], 6), setting, sigma,
+                                                       list(range(6)), 24, 5, answer_temperature=1.0)
+    with torch.no_grad():
+        replay = rollout_log_probs(model, rollout, sigma, 1.0, len(toy_tokenizer))
+    assert replay.cot_steps > 0
+    if setting.mode != "hard":
+        assert rollout.noisy_inputs.dtype == torch.float32
+        assert replay.residual_sum / replay.cot_steps <= rl["replay_residual_max"]
+    assert replay.argmax_mismatches / replay.cot_steps <= rl["replay_argmax_mismatch_max"]

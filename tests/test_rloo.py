@@ -70,7 +70,8 @@ def test_reinforce_with_gaussian_term_is_unbiased_for_a_soft_mixture():
 @pytest.mark.parametrize("name", ["hard_sample", "fuzzy_sample"])
 def test_chunked_update_pass_equals_one_chunk(monkeypatch, tiny_model, toy_tokenizer, toy_rows, name):
     """Log-probabilities, replay statistics and gradients do not depend on how many steps' logits
-    the update pass holds at once (chunks of 7 steps, recomputed in the backward, vs all at once)."""
+    the update pass holds at once (chunks of 7 steps, recomputed in the backward, vs all at once).
+    The bf16-compute variant is test_chunked_update_pass_in_bf16_compute."""
     import softtokens.rloo as rloo
     from softtokens.data import format_prompt
     from softtokens.generation import INFERENCE_SETTINGS, CotEngine
@@ -96,3 +97,40 @@ def test_chunked_update_pass_equals_one_chunk(monkeypatch, tiny_model, toy_token
     assert a.argmax_mismatches == b.argmax_mismatches == 0
     for x, y in zip(ga, gb):
         torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
+
+
+def test_chunked_update_pass_in_bf16_compute(monkeypatch, toy_tokenizer, toy_rows):
+    """The paper grid's update pass: float32 master weights sharded by FSDP2 with bf16 compute
+    (sharding.shard_policy, one process), float32 logits chunked over steps. Chunks of 7 give the
+    one-chunk loss, and float32 gradients to bf16 accuracy."""
+    import softtokens.rloo as rloo
+    from conftest import make_tiny_model
+    from softtokens.data import format_prompt
+    from softtokens.distributed import DataParallel
+    from softtokens.generation import INFERENCE_SETTINGS, CotEngine
+    from softtokens.sharding import shard_policy
+
+    setting = INFERENCE_SETTINGS["fuzzy_sample"]
+    rollout_model = make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=6)
+    prompts = [format_prompt(r["question"]) for r in toy_rows["test"][:3]]
+    rollout = CotEngine(rollout_model, toy_tokenizer).generate(prompts, setting, 0.05, [1, 2, 3], 24, 4, 1.0)
+    assert rollout.step_ids.shape[1] > 21
+    dp = DataParallel()
+    try:
+        policy = shard_policy(make_tiny_model(toy_tokenizer, seed=6), dp.mesh, "bfloat16", "float32", False)
+        results = {}
+        for chunk in (7, 10_000):
+            monkeypatch.setattr(rloo, "LOGIT_CHUNK_STEPS", chunk)
+            policy.zero_grad()
+            out = policy(rollout, 0.05, 1.0, len(toy_tokenizer), 1.0)
+            assert out.cot.dtype == torch.float32
+            (out.cot.sum() + out.answer.sum()).backward()
+            results[chunk] = (out, [p.grad.full_tensor().clone() for p in policy.parameters()])
+    finally:
+        dp.close()
+    (a, ga), (b, gb) = results[7], results[10_000]
+    torch.testing.assert_close(a.cot, b.cot, atol=1e-3, rtol=1e-5)
+    torch.testing.assert_close(a.answer, b.answer, atol=1e-3, rtol=1e-5)
+    for x, y in zip(ga, gb):
+        assert x.dtype == torch.float32
+        torch.testing.assert_close(x, y, atol=1e-3 * y.abs().max().item() + 1e-6, rtol=2e-2)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from softtokens.generation import (ANSWER, COT, CONTINUOUS_MODES, DONE, PREFILL, CotEngine, CotSetting, Rollout,
+from softtokens.generation import (ANSWER, COT, CONTINUOUS_MODES, DONE, PREFILL, CotEngine, CotSetting, Rollout, _texts,
                                    ends_with_stop, probs_at_temperature, sample_tokens)
 from softtokens.metrics import entropy_from_logits
 from softtokens.modeling import decoder_hidden, float32_weights, output_logits
@@ -34,7 +34,7 @@ class ReferenceCotEngine(CotEngine):
         wide = W32.dtype
         noisy_cot = continuous and sigma > 0
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
-        max_steps = cot_max_tokens + max(len(self.prefill_stop), len(self.prefill_limit)) + answer_max_tokens
+        max_steps = cot_max_tokens + self.max_prefill + answer_max_tokens
         u_cot, u_ans, eps = self._row_randomness(seeds, cot_max_tokens, answer_max_tokens, dim, noisy_cot)
 
         p_len = prompt_ids.shape[1]
@@ -124,12 +124,8 @@ class ReferenceCotEngine(CotEngine):
         cot_entropy = cot_entropy[:, :used]
         if noisy_inputs is not None:
             noisy_inputs = noisy_inputs[:, :used]
-        ids_host, phase_host = step_ids.tolist(), step_phase.tolist()
-        completions, cot_texts = [], []
-        for ids, phs in zip(ids_host, phase_host):
-            cot_texts.append(self.tokenizer.decode([t for t, p in zip(ids, phs) if p == COT]))
-            completions.append(self.tokenizer.decode(
-                [t for t, p in zip(ids, phs) if p in (PREFILL, ANSWER)], skip_special_tokens=True))
+        texts = _texts(self.tokenizer, step_ids.tolist(), step_phase.tolist())
+        completions, cot_texts = [c for c, _ in texts], [t for _, t in texts]
         return Rollout(setting=setting, sigma=sigma, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
                        step_ids=step_ids, step_phase=step_phase, noisy_inputs=noisy_inputs,
                        cot_entropy=cot_entropy, cot_len=torch.tensor(cot_pos), stopped=torch.tensor(stopped),

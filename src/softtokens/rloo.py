@@ -122,8 +122,9 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, *,
                  gaussian_scale):
     """(CoT log-prob, answer log-prob, sum of Gaussian terms, argmax mismatches) of a chunk of steps."""
     from softtokens.generation import CONTINUOUS_MODES
+    from softtokens.modeling import output_logits
 
-    logits = h.to(W32.dtype) @ W32.T  # float32 (modeling.output_logits)
+    logits = output_logits(None, h, weight=W32)  # float32
     answer_terms = token_log_prob(logits, step_ids, answer_temperature)
     answer_lp = torch.where(is_answer, answer_terms, 0.0).sum(-1)
     gauss_sum = logits.new_zeros(())
