@@ -20,8 +20,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/activate
 
 setup: $(VENV)/.installed
 
+# the DAG, then Snakemake's own HTML report of it (tables, figures, reproduction report, ledger)
 demo: setup
 	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/snakemake --report results/toy/report.html
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -142,7 +143,9 @@ def test_tiny_dag_end_to_end(tmp_path):
               "figures/training_toy_toyarith.png", "figures/entropy_toy_toyarith_toyarith.png",
               "figures/passk_toy_toyarith_toyarith.png",
               "runs/toy/toyarith/fuzzy/seed0/selected.json", "eval/toy/base/toyarith/fuzzy_sample.json",
-              "tables/ood.md", "tables/ood.csv", "eval/toy/toyarith-hard-seed0/toychoice/loglik.json"):
+              "tables/ood.md", "tables/ood.csv", "eval/toy/toyarith-hard-seed0/toychoice/loglik.json",
+              "figures/passk_toy_toyarith_toyarith.pdf", "report/reproduction.md", "report/reproduction.html",
+              "report/ledger.csv", "report/ledger_tables.csv", "tables/main.cells.json"):
         assert (res / p).exists(), p
     assert not (res / "runs/toy/toyarith/hard/seed0/_resume").exists()  # resume state removed on success
     result = json.loads((res / "eval/toy/toyarith-fuzzy-seed0/toyarith/fuzzy_sample.json").read_text())
@@ -166,8 +169,24 @@ def test_tiny_dag_end_to_end(tmp_path):
     for stage in ("[tables]", "[evaluate]", "[select_checkpoint]", "[train]", "[build_toy_base]", "[prepare_data]"):
         assert stage in audit.stdout
 
+    # the reproduction report: toy claims, no paper cell, a ledger of every job in CPU seconds
+    report = (res / "report/reproduction.md").read_text()
+    assert "This is the toy grid" in report and "0 of 162 cells measured" in report
+    ledger = pd.read_csv(res / "report/ledger.csv")
+    assert {"build_toy_base", "train", "select", "evaluate", "evaluate_loglik", "tables"} <= set(ledger.rule)
+    assert (ledger.gpu_hours == 0).all() and (ledger.wall_s > 0).all()
+    # one table cell back to its data, seed file by seed file
+    cell = subprocess.run([str(BIN / "softtokens"), "audit", "results/toy/tables/main.md", "--row", "toy toyarith hard",
+                           "--column", "toyarith Greedy pass@1"], cwd=tmp_path, capture_output=True, text=True)
+    assert cell.returncode == 0, cell.stdout + cell.stderr
+    assert "chain intact" in cell.stdout and "[build_toy_base]" in cell.stdout and "[prepare_data]" in cell.stdout
+    # Snakemake's own report of the run
+    proc = snakemake(*args, "--report", str(tmp_path / "report.html"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "report.html").stat().st_size > 10_000
+
     # nothing left to do; deleting one evaluation remakes it and what depends on it, nothing else
     assert job_counts(snakemake(*args, "-n")) == {}
     (res / "eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json").unlink()
     counts = job_counts(snakemake(*args, "-n"))
-    assert counts == {"evaluate": 1, "tables": 1, "figures": 1, "all": 1, "total": 4}, counts
+    assert counts == {"evaluate": 1, "tables": 1, "figures": 1, "reproduction_report": 1, "all": 1, "total": 5}, counts

@@ -197,9 +197,28 @@ def cmd_figures(a) -> None:
     write_figures([Path(p) for p in a.metrics], [Path(p) for p in a.evals], Path(a.out_dir), _settings(a.settings))
 
 
+def cmd_report(a) -> None:
+    from softtokens.report_page import write_report
+
+    data = write_report([Path(p) for p in a.inputs], Path(a.bench_dir), Path(a.out_dir), _settings(a.settings))
+    for c in data["claims_ours"]:
+        print(f"{c.summary():<26} {c.statement}")
+
+
 def cmd_audit(a) -> int:
     from softtokens.provenance import audit
 
+    if (a.row is None) != (a.column is None):
+        raise SystemExit("--row and --column go together (one table cell)")
+    if a.row is not None:
+        from softtokens.reporting import audit_cell
+
+        try:
+            lines, problems = audit_cell(a.path, a.row, a.column)
+        except KeyError as e:
+            raise SystemExit(e.args[0]) from None
+        print("\n".join(lines))
+        return 1 if problems else 0
     lines, problems = audit(a.path)
     print("\n".join(lines))
     print(f"\n{problems} problem(s)" if problems else "\nchain complete: every input present and unchanged")
@@ -277,8 +296,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--grid", default=None, help="default: the config's `grid`")
     c.set_defaults(func=cmd_plan)
 
-    c = sub.add_parser("audit", help="print the provenance chain of a result file")
-    c.add_argument("path")
+    c = sub.add_parser("report", help="reproduction report: ours beside the paper, claims, cost ledger")
+    c.add_argument("--settings", required=True, help="JSON: grid, gpus per rule, optional paper_results")
+    c.add_argument("--bench-dir", required=True, help="the grid's Snakemake benchmark files")
+    c.add_argument("--out-dir", required=True)
+    c.add_argument("inputs", nargs="+", help="evaluation files (math settings and loglik.json)")
+    c.set_defaults(func=cmd_report)
+
+    c = sub.add_parser("audit", help="print the provenance chain of a result file, or of one table cell")
+    c.add_argument("path", help="a result file, or a table (results/<grid>/tables/main.md) with --row/--column")
+    c.add_argument("--row", help='table row: model and training as printed, e.g. "toy toyarith hard", "toy no finetune"')
+    c.add_argument("--column", help='table column as printed, e.g. "toyarith Greedy pass@1"')
     c.set_defaults(func=cmd_audit)
     return p
 

@@ -126,6 +126,7 @@ def settings_table(df: pd.DataFrame, benchmark: str) -> pd.DataFrame:
 def _wide(df: pd.DataFrame, cols: dict, by_benchmark: bool = True, digits: int = 1) -> pd.DataFrame:
     keys = ["model", "train_dataset", "train_mode"]
     records: dict[tuple, dict] = {}
+    cells: dict[tuple[str, str], dict] = {}
     for (setting, metric), label in cols.items():
         sub = df[df.setting == setting]
         if sub.empty:
@@ -136,12 +137,22 @@ def _wide(df: pd.DataFrame, cols: dict, by_benchmark: bool = True, digits: int =
             col = f"{r['benchmark']} {label}" if by_benchmark else label
             rec[col] = f"{r['mean']:.{digits}f}±{r['std']:.{digits}f}"
             rec["_seeds"] = int(r["count"])
+            rows = sub[(sub[keys + ["benchmark"]] == pd.Series({k: r[k] for k in keys + ["benchmark"]})).all(axis=1)]
+            cells[(_row_label(r), col)] = {"value": rec[col], "setting": setting, "metric": metric,
+                                           "digits": digits, "evals": sorted(rows["path"])}
     table = _order(pd.DataFrame(records.values()))
     below = set(map(tuple, df.loc[df.below_base, keys].drop_duplicates().itertuples(index=False)))
     table.insert(1, "training", table.apply(
         lambda r: _training_label(r) + (f" {BELOW_BASE_MARK}" if tuple(r[k] for k in keys) in below else ""), axis=1))
     table = table.drop(columns=["train_dataset", "train_mode"]).rename(columns={"_seeds": "seeds"})
-    return table[["model", "training", "seeds"] + [c for c in table.columns if c not in ("model", "training", "seeds")]]
+    table = table[["model", "training", "seeds"] + [c for c in table.columns if c not in ("model", "training", "seeds")]]
+    table.attrs["cells"] = cells
+    return table
+
+
+def _row_label(r) -> str:
+    """How `softtokens audit TABLE --row` names a table row: model and training, no marks."""
+    return f"{r['model']} {_training_label(r)}"
 
 
 def _to_latex(table: pd.DataFrame, caption: str) -> str:
@@ -156,6 +167,12 @@ def write_table(table: pd.DataFrame, out_dir: Path, name: str, caption: str, pro
                       ("tex", _to_latex(table, caption)), ("csv", table.to_csv(index=False))):
         path = out_dir / f"{name}.{ext}"
         write_text(path, text)
+        prov.write_sidecar(path)
+        paths.append(path)
+    if table.attrs.get("cells"):
+        cells = [{"row": row, "column": col, **cell} for (row, col), cell in table.attrs["cells"].items()]
+        path = out_dir / f"{name}.cells.json"
+        write_text(path, json.dumps(cells, indent=1) + "\n")
         prov.write_sidecar(path)
         paths.append(path)
     return paths
@@ -183,10 +200,26 @@ def write_tables(eval_paths: list[Path], out_dir: Path, settings: dict) -> None:
 
 
 # ---------------------------------------------------------------- figures
+# one colour per training mode in every figure (seaborn's colour-blind palette; the base model grey)
+MODE_COLOURS = {"none": "#7f7f7f", "hard": "#0173b2", "fuzzy": "#de8f05", "soft": "#029e73"}
+
+
 def _save_fig(fig, path: Path, prov: Provenance) -> None:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    prov.write_sidecar(path)
+    """The PNG and, beside it, a PDF (vector, for a paper)."""
+    for p, fmt in ((path, "png"), (path.with_suffix(".pdf"), "pdf")):
+        with atomic_path(p) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=120, bbox_inches="tight")
+        prov.write_sidecar(p)
+
+
+def _legend_outside(ax, title: str = "training") -> None:
+    """The legend right of the axes, never over the data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+    if handles:
+        ax.legend(handles, labels, title=title, fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                  borderaxespad=0)
 
 
 def parse_run_path(path: Path) -> dict:
@@ -219,19 +252,21 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
         train["smoothed"] = train.groupby(["train_mode", "seed"])["success (%)"].transform(
             lambda s: s.rolling(max(1, len(s) // 10), min_periods=1).mean())
         sns.lineplot(train, x="step", y="smoothed", hue="train_mode", units="seed", estimator=None, ax=axes[0],
-                     hue_order=[m for m in MODE_ORDER if m in set(train.train_mode)])
-        axes[0].set(title="(a) training success (rolling mean)", ylabel="correct rollouts (%)")
+                     palette=MODE_COLOURS, hue_order=[m for m in MODE_ORDER if m in set(train.train_mode)], legend=False)
+        axes[0].set(title="(a) training success (rolling mean)", xlabel="RL step", ylabel="correct rollouts (%)")
         val = sub[sub.kind == "validation"].copy()
         val["greedy validation (%)"] = 100 * val["val_greedy_accuracy"]
         sns.lineplot(val, x="step", y="greedy validation (%)", hue="train_mode", units="seed", estimator=None,
-                     marker="o", ax=axes[1], hue_order=[m for m in MODE_ORDER if m in set(val.train_mode)])
-        axes[1].set(title="(b) greedy validation (model selection)")
+                     marker="o", ax=axes[1], palette=MODE_COLOURS,
+                     hue_order=[m for m in MODE_ORDER if m in set(val.train_mode)])
+        axes[1].set(title="(b) greedy validation (model selection)", xlabel="RL step")
+        _legend_outside(axes[1])
         fig.suptitle(f"{model} trained on {dataset}")
         _save_fig(fig, out_dir / f"training_{model}_{dataset}.png", prov)
         plt.close(fig)
 
     evals = [(parse_eval_path(p), json.loads(p.read_text())) for p in eval_paths]
-    palette = dict(zip(MODE_ORDER, sns.color_palette(n_colors=len(MODE_ORDER))))
+    palette = MODE_COLOURS
     points = pd.DataFrame([{**keys, "k": int(k), "pass@k (%)": 100 * v}
                            for keys, res in evals for k, v in res["pass@k"].items()])
     if not points.empty:
@@ -256,8 +291,12 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
                              alpha=0.7, ax=ax, palette=palette, hue_order=[m for m in MODE_ORDER if m in set(s.train_mode)],
                              legend=ax is axes[0][0])
                 ax.set(title=setting.replace("_", " "), xlabel="CoT position", ylabel="entropy (nats)")
+            handles, labels = axes[0][0].get_legend_handles_labels()
             if axes[0][0].get_legend() is not None:
-                axes[0][0].get_legend().set_title("training")
+                axes[0][0].get_legend().remove()
+            if handles:  # right of the last panel, off the data
+                axes[0][-1].legend(handles, labels, title="training", fontsize="small", loc="upper left",
+                                   bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
             fig.suptitle(f"CoT entropy of {model} trained on {dataset} ({bench}; none = base model)", y=1.04)
             _save_fig(fig, out_dir / f"entropy_{model}_{dataset}_{bench}.png", prov)
             plt.close(fig)
@@ -298,5 +337,60 @@ def passk_figure(plt, sns, sub: pd.DataFrame, palette: dict):
     handles = [Line2D([], [], color=palette[m], marker="o", label=m) for m in MODE_ORDER if m in set(sub.train_mode)]
     handles.append(Line2D([], [], color="gray", marker="^", markeredgecolor="black", linestyle="none",
                           label="greedy pass@1"))
-    axes[0][0].legend(handles=handles, title="training", fontsize="small")
+    axes[0][-1].legend(handles=handles, title="training", fontsize="small", loc="upper left",
+                       bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     return fig
+
+
+# ---------------------------------------------------------------- audit of one table cell
+def _metric_value(res: dict, metric: str) -> float:
+    if metric == "pass@n":
+        return 100 * res["pass@k"][str(res["n_samples"])]
+    return res[metric] if metric == "nll_correct" else 100 * res[metric]
+
+
+def audit_cell(table: str | Path, row: str, column: str) -> tuple[list[str], int]:
+    """The chain of one table cell: the cell -> its evaluation files (one per seed) -> selected
+    checkpoint -> training run -> base model and data, each link with code version, config hash
+    and input hashes (provenance.audit). Flags a missing or changed evaluation file, a value that
+    no longer follows from the files, and every broken link further up."""
+    from softtokens.provenance import audit, read_record, sha256_path
+
+    table = Path(table)
+    cells_path = table.with_name(table.name.split(".")[0] + ".cells.json")
+    if not cells_path.exists():
+        return [f"MISSING {cells_path} (the cell index written beside every table)"], 1
+    cells = json.loads(cells_path.read_text())
+    match = [c for c in cells if c["row"] == row.strip() and c["column"] == column.strip()]
+    if not match:
+        rows = sorted({c["row"] for c in cells})
+        cols = sorted({c["column"] for c in cells})
+        raise KeyError(f"no cell ({row!r}, {column!r}) in {table}; rows: {rows}; columns: {cols}")
+    cell = match[0]
+    lines = [f"cell {table.name.split('.')[0]} [{cell['row']}] [{cell['column']}] = {cell['value']} "
+             f"({cell['setting']}, {cell['metric']}, {len(cell['evals'])} seed file(s))"]
+    problems = 0
+    made_from = {inp["path"]: inp["sha256"] for inp in (read_record(cells_path) or {}).get("inputs", {}).values()}
+    values = []
+    for p in map(Path, cell["evals"]):
+        if not p.exists():
+            lines.append(f"  MISSING {p}")
+            problems += 1
+            continue
+        recorded = made_from.get(p.as_posix())
+        if recorded and recorded != sha256_path(p):
+            lines.append(f"  CHANGED {p} since the table was made (recorded {recorded[:12]}, now {sha256_path(p)[:12]})")
+            problems += 1
+        values.append(_metric_value(json.loads(p.read_text()), cell["metric"]))
+        sub, sub_problems = audit(p, 1)
+        lines.extend(sub)
+        problems += sub_problems
+    if values and len(values) == len(cell["evals"]):
+        s = pd.Series(values)
+        d = cell["digits"]
+        now = f"{s.mean():.{d}f}±{(s.std() if len(s) > 1 else 0.0):.{d}f}"
+        if now != cell["value"]:
+            lines.append(f"  CHANGED VALUE: the files now give {now}, the table says {cell['value']}")
+            problems += 1
+    lines.append(f"{problems} problem(s)" if problems else "chain intact: every link present and unchanged")
+    return lines, problems

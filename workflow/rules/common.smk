@@ -90,19 +90,63 @@ def settings_table_targets():
     return [f"{RESULTS}/tables/settings_{b}.{ext}" for b in EVAL["benchmarks"] for ext in ("md", "tex", "csv")]
 
 
-def figure_targets():
+def figure_targets(ext="png"):
     """Training curves per (model, training set); pass@k and CoT entropy per (model, training
     set, benchmark), as reporting.figure_groups draws them ('base' for a model with no run)."""
     pairs = sorted({(m, d) for m, d, _, _ in training_runs()})
-    figs = [f"{RESULTS}/figures/training_{m}_{d}.png" for m, d in pairs]
+    figs = [f"{RESULTS}/figures/training_{m}_{d}.{ext}" for m, d in pairs]
     per_run = pairs + [(m, "base") for m in sorted(set(EVAL["models"]) - {m for m, _ in pairs})]
     kinds = ["entropy", "passk"]
-    figs += [f"{RESULTS}/figures/{kind}_{m}_{d}_{b}.png" for kind in kinds for m, d in per_run for b in EVAL["benchmarks"]]
+    figs += [f"{RESULTS}/figures/{kind}_{m}_{d}_{b}.{ext}" for kind in kinds for m, d in per_run for b in EVAL["benchmarks"]]
     return figs
 
 
+FIGURE_KINDS = {
+    "training": ("Figures: training curves", "figure_training.rst"),
+    "passk": ("Figures: pass@k", "figure_passk.rst"),
+    "entropy": ("Figures: CoT entropy", "figure_entropy.rst"),
+}
+
+
+def reported_figures():
+    """Each PNG marked for `snakemake --report`, in its figure kind's category."""
+    out = []
+    for f in figure_targets():
+        kind = Path(f).name.split("_")[0]
+        category, caption = FIGURE_KINDS[kind]
+        out.append(report(f, category=category, caption=f"../report/{caption}",
+                          labels={"figure": Path(f).stem.removeprefix(f"{kind}_")}))
+    return out
+
+
+def reported_settings_tables():
+    return [report(f"{RESULTS}/tables/settings_{b}.csv", category="Appendix: six inference settings",
+                   caption="../report/table_settings.rst", labels={"benchmark": b}) for b in EVAL["benchmarks"]]
+
+
+REPRODUCTION = [f"{RESULTS}/report/{name}" for name in (
+    "reproduction.md", "reproduction.html", "cells.csv", "ledger.csv", "ledger_cells.csv", "ledger_tables.csv",
+    "claims.json")]
+
+
 def report_targets():
-    return [f"{RESULTS}/tables/main.md", *settings_table_targets(), *ood_table_targets(), *figure_targets()]
+    return [f"{RESULTS}/tables/main.md", *settings_table_targets(), *ood_table_targets(), *figure_targets(),
+            *figure_targets("pdf"), *REPRODUCTION]
+
+
+def ledger_gpus():
+    """GPUs held by each job, for the ledger's GPU-hours. A training job: its model's
+    train_gpus, an evaluation job its kind's `gpu` resource; every other rule none."""
+    train = site_job_resources(GRID, "train").get("gpu", 0)
+    return {
+        "train": {m: (train_processes(GRID, m) if train else 0) for m in GRID["models"]},
+        "evaluate": site_job_resources(GRID, "evaluate").get("gpu", 0),
+        "evaluate_loglik": site_job_resources(GRID, "evaluate_loglik").get("gpu", 0),
+    }
+
+
+def reproduction_settings(wildcards):
+    return json.dumps({"grid": GRID_NAME, "toy": "toy_base" in GRID, "gpus": ledger_gpus()}, sort_keys=True)
 
 
 def selected_targets():

@@ -3,11 +3,16 @@ rule tables:
         evals=eval_targets(),
         loglik=loglik_targets(),
     output:
-        main=report(f"{RESULTS}/tables/main.md", category="Tables", labels={"table": "main (hard inference)"}),
+        main=f"{RESULTS}/tables/main.md",
         main_tex=f"{RESULTS}/tables/main.tex",
-        main_csv=f"{RESULTS}/tables/main.csv",
-        settings=settings_table_targets(),
-        ood=ood_table_targets(),
+        main_csv=report(f"{RESULTS}/tables/main.csv", category="Table 1 (main)", caption="../report/table_main.rst"),
+        settings=[f for f in settings_table_targets() if not f.endswith(".csv")],
+        settings_csv=reported_settings_tables(),
+        ood=[f for f in ood_table_targets() if not f.endswith(".csv")],
+        ood_csv=([report(f"{RESULTS}/tables/ood.csv", category="Out-of-domain table", caption="../report/table_ood.rst")]
+                 if OOD else []),
+        cells=[f"{RESULTS}/tables/{n}.cells.json"
+               for n in ["main", *(f"settings_{b}" for b in EVAL["benchmarks"]), *(["ood"] if OOD else [])]],
     params:
         settings=report_settings,
         out_dir=output_parent,
@@ -18,7 +23,7 @@ rule tables:
     log:
         f"{RESULTS}/logs/report/tables.log",
     benchmark:
-        f"{RESULTS}/benchmarks/report/tables.tsv"
+        f"{RESULTS}/benchmarks/tables.tsv"
     shell:
         "python -m softtokens tables --settings {params.settings:q} --out-dir {params.out_dir} {input.evals} {input.loglik} > {log} 2>&1"
 
@@ -28,7 +33,8 @@ rule figures:
         metrics=metrics_targets(),
         evals=eval_targets(),
     output:
-        figures=[report(f, category="Figures") for f in figure_targets()],
+        figures=reported_figures(),
+        pdfs=figure_targets("pdf"),
     params:
         settings=report_settings,
         out_dir=output_parent,
@@ -39,6 +45,38 @@ rule figures:
     log:
         f"{RESULTS}/logs/report/figures.log",
     benchmark:
-        f"{RESULTS}/benchmarks/report/figures.tsv"
+        f"{RESULTS}/benchmarks/figures.tsv"
     shell:
         "python -m softtokens figures --settings {params.settings:q} --out-dir {params.out_dir} --metrics {input.metrics} --evals {input.evals} > {log} 2>&1"
+
+
+rule reproduction_report:
+    input:
+        evals=eval_targets(),
+        loglik=loglik_targets(),
+        # after every other job, so that the ledger holds their benchmark files
+        tables=f"{RESULTS}/tables/main.md",
+        figures=figure_targets(),
+        selected=selected_targets(),
+    output:
+        md=REPRODUCTION[0],
+        html=report(REPRODUCTION[1], category="Reproduction report", caption="../report/reproduction.rst"),
+        cells=REPRODUCTION[2],
+        ledger=report(REPRODUCTION[3], category="Cost ledger", caption="../report/ledger.rst"),
+        ledger_cells=REPRODUCTION[4],
+        ledger_tables=report(REPRODUCTION[5], category="Cost ledger", caption="../report/ledger_tables.rst"),
+        claims=REPRODUCTION[6],
+    params:
+        settings=reproduction_settings,
+        bench_dir=f"{RESULTS}/benchmarks",
+        out_dir=output_parent,
+    resources:
+        **job_resources("cpu"),
+    conda:
+        "../../envs/softtokens.yaml"
+    log:
+        f"{RESULTS}/logs/report/reproduction.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/reproduction_report.tsv"
+    shell:
+        "python -m softtokens report --settings {params.settings:q} --bench-dir {params.bench_dir} --out-dir {params.out_dir} {input.evals} {input.loglik} > {log} 2>&1"

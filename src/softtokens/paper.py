@@ -1,0 +1,65 @@
+"""The published numbers of *Soft Tokens, Hard Truths*, as data a reproduction is compared with.
+
+Why a file in the package: the reproduction report, its tests and a user auditing a cell must
+read the same numbers, with their source named, without the paper's LaTeX at hand.
+``paper_results.csv`` holds every cell of the paper's result tables in long form, transcribed
+from the LaTeX source by a script (means and standard deviations over 3 seeds, 2 for the
+ablations; percent except the NLL, which is in nats per token). Base models (``train_mode``
+``none``) are one evaluation, std 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+PAPER_RESULTS = Path(__file__).with_name("paper_results.csv")
+SOURCE = ("Butt, Kwiatkowski, Labiad, Kempe, Ollivier (Meta FAIR, 2025), 'Soft Tokens, Hard Truths', LaTeX "
+          "source: Table 1 (tab:main), the out-of-domain table (table:stdbenchmarks), the six-setting appendix "
+          "tables (tab:gsm8k, tab:math500, tab:olympiad) and the ablations (tab:scale, tab:temp, tab:placement)")
+
+# the paper's table labels, in the order the report lists them, with what each one is
+TABLES = {
+    "tab:main": "Table 1: hard inference, pass@1 and pass@32, every model and training set",
+    "table:stdbenchmarks": "Out-of-domain multiple choice: accuracy and NLL of the correct answer",
+    "tab:gsm8k": "Appendix: all six inference settings on GSM8K",
+    "tab:math500": "Appendix: all six inference settings on MATH-500",
+    "tab:olympiad": "Appendix: all six inference settings on OlympiadBench",
+    "tab:scale": "Ablation: noise factor",
+    "tab:temp": "Ablation: fuzzy temperature",
+    "tab:placement": "Ablation: noise placement",
+}
+# the paper's ablation row labels -> the variant key of a run in our layout ("" = the paper's
+# default cell, which the ablation tables repeat from the main runs: same runs, not retrained)
+VARIANTS = {
+    "gamma=0.33": "", "tau=0.0001": "", "Fuzzy Embedding 0.0001 -": "", "Soft Embedding 0.5 -": "",
+    "Training None Tokens 1.0 1": "",
+    "gamma=0.1": "gamma0.1", "gamma=1.0": "gamma1.0", "gamma=3.0": "gamma3.0",
+    "tau=0.001": "tau0.001", "tau=0.01": "tau0.01", "tau=0.1": "tau0.1",
+    "Fuzzy Final Hidden 0.0001 -": "hidden", "Soft Final Hidden 0.5 -": "hidden",
+    "Fuzzy Logits 0.0001 -": "logits", "Soft Logits 0.5 -": "logits",
+    "Soft Logits 1.0 5": "logits-top5", "Soft Logits 1.0 50": "logits-top50",
+}
+# the key of one cell; a cell may appear in several tables (Table 1's cells recur in the appendix)
+CELL_KEYS = ["model", "train_dataset", "train_mode", "variant", "benchmark", "setting", "metric"]
+
+
+def load_paper_results(path: str | Path = PAPER_RESULTS) -> pd.DataFrame:
+    """One row per published cell: ``table``, the CELL_KEYS (``variant`` in our naming, the paper's
+    label in ``paper_variant``), ``mean``, ``std``, ``highlight``."""
+    df = pd.read_csv(path, dtype={"variant": str, "highlight": str}, keep_default_na=False)
+    missing = {"table", *CELL_KEYS, "mean", "std"} - set(df.columns)
+    if missing:
+        raise ValueError(f"{path}: missing columns {sorted(missing)}")
+    unknown = set(df.table) - set(TABLES)
+    if unknown:
+        raise ValueError(f"{path}: unknown tables {sorted(unknown)} (known: {', '.join(TABLES)})")
+    unmapped = set(df.variant) - set(VARIANTS) - {""}
+    if unmapped:
+        raise ValueError(f"{path}: ablation rows with no variant key: {sorted(unmapped)}")
+    df["paper_variant"] = df["variant"]
+    df["variant"] = df["variant"].map(lambda v: VARIANTS.get(v, v))
+    df["mean"] = df["mean"].astype(float)
+    df["std"] = df["std"].astype(float)
+    return df

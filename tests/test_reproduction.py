@@ -1,0 +1,258 @@
+"""The reproduction report on a small fixture whose every number is computed by hand: per-seed
+evaluation files of Llama-3B trained on GSM8K (hard / soft / fuzzy, two seeds) and its base, a
+few paper cells, benchmark files for the ledger. Then the audit of one table cell after a data
+file under it was edited."""
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from softtokens import ledger, reproduction
+from softtokens.paper import CELL_KEYS, TABLES, load_paper_results
+from softtokens.provenance import Provenance, write_json
+from softtokens.report_page import write_report
+
+# pass@1 (%) per seed; pass@32 of hard_sample per seed
+SEEDS = {
+    "hard": {"hard_greedy": [70, 74], "hard_sample": [60, 62], "pass@32": [90, 92], "soft_greedy": [50, 50],
+             "fuzzy_greedy": [52, 54]},
+    "soft": {"hard_greedy": [73, 75], "hard_sample": [50, 52], "pass@32": [95, 97], "soft_greedy": [60, 60],
+             "fuzzy_greedy": [61, 61]},
+    "fuzzy": {"hard_greedy": [69, 71], "hard_sample": [59, 61], "pass@32": [88, 90], "soft_greedy": [80, 80],
+              "fuzzy_greedy": [50, 50]},
+    "none": {"hard_greedy": [71.4], "hard_sample": [45.0], "pass@32": [96.8], "soft_greedy": [70.0],
+             "fuzzy_greedy": [72.0]},
+}
+NLL = {"none": [2.86], "hard": [3.19, 3.21], "soft": [2.9, 2.9], "fuzzy": [3.3, 3.3]}
+
+PAPER = """table,model,train_dataset,train_mode,variant,benchmark,setting,metric,mean,std,highlight
+tab:main,llama-3b,gsm8k,hard,,gsm8k,hard_greedy,pass@1,75.9,1.3,
+tab:main,llama-3b,gsm8k,hard,,gsm8k,hard_sample,pass@1,74.3,0.8,
+tab:main,llama-3b,gsm8k,hard,,gsm8k,hard_sample,pass@32,94.1,0.3,
+tab:main,llama-3b,none,none,,gsm8k,hard_greedy,pass@1,71.4,0.0,
+tab:main,llama-3b,gsm8k,hard,,math500,hard_greedy,pass@1,34.6,0.2,
+table:stdbenchmarks,llama-3b,gsm8k,hard,,arc,loglik,nll_correct,3.16,0.01,
+tab:scale,llama-3b,gsm8k,fuzzy,gamma=1.0,gsm8k,hard_greedy,pass@1,75.4,1.1,
+"""
+
+
+def _trained(mode: str, seed: int) -> str:
+    return "base" if mode == "none" else f"gsm8k-{mode}-seed{seed}"
+
+
+@pytest.fixture()
+def fixture(tmp_path):
+    paper = tmp_path / "paper.csv"
+    paper.write_text(PAPER)
+    evals = []
+    for mode, by_setting in SEEDS.items():
+        for seed in range(len(by_setting["hard_greedy"])):
+            for setting in ("hard_greedy", "hard_sample", "soft_greedy", "fuzzy_greedy"):
+                p = tmp_path / "eval" / "llama-3b" / _trained(mode, seed) / "gsm8k" / f"{setting}.json"
+                p.parent.mkdir(parents=True, exist_ok=True)
+                sampled = setting.endswith("sample")
+                n = 32 if sampled else 1
+                p1 = by_setting[setting][seed] / 100
+                passk = {"1": p1, **({"32": by_setting["pass@32"][seed] / 100} if sampled else {})}
+                p.write_text(json.dumps({"n_samples": n, "pass@1": p1, "pass@k": passk}))
+                evals.append(p)
+            p = tmp_path / "eval" / "llama-3b" / _trained(mode, seed) / "arc" / "loglik.json"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(json.dumps({"accuracy": 0.7, "nll_correct": NLL[mode][seed]}))
+            evals.append(p)
+    bench = tmp_path / "benchmarks"
+    for job, wall, cpu in (("train/llama-3b/gsm8k/hard/seed0", 3600.0, 7200.0),
+                           ("train/llama-3b/gsm8k/hard/seed1", 1800.0, 3600.0),
+                           ("select/llama-3b/gsm8k/hard/seed0", 10.0, 5.0),
+                           ("evaluate/llama-3b/gsm8k-hard-seed0/gsm8k/hard_greedy", 720.0, 700.0),
+                           ("evaluate/llama-3b/gsm8k-hard-seed1/gsm8k/hard_greedy", 360.0, 350.0),
+                           ("evaluate/llama-3b/gsm8k-hard-seed0/gsm8k/hard_sample", 100.0, 90.0)):
+        f = bench / f"{job}.tsv"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+                     f"{wall}\t0:00:00\t100.0\t0\t0\t0\t0\t0\t0\t{cpu}\n")
+    return {"paper": paper, "evals": evals, "bench": bench, "out": tmp_path / "report"}
+
+
+def _cell(df, **keys):
+    sel = df
+    for k, v in keys.items():
+        sel = sel[sel[k] == v]
+    assert len(sel) == 1, keys
+    return sel.iloc[0]
+
+
+def test_cells_beside_the_paper_with_hand_computed_verdicts(fixture):
+    paper = load_paper_results(fixture["paper"])
+    ours = reproduction.aggregate(reproduction.seed_rows(fixture["evals"]))
+    cmp = reproduction.compare(paper, ours)
+    base = dict(model="llama-3b", train_dataset="gsm8k", train_mode="hard", variant="")
+
+    greedy = _cell(cmp, **base, benchmark="gsm8k", setting="hard_greedy", metric="pass@1")
+    assert greedy.ours_mean == pytest.approx(72.0) and greedy.ours_std == pytest.approx(math.sqrt(8))
+    assert greedy["diff"] == pytest.approx(-3.9)
+    assert greedy.tolerance == pytest.approx(2 * math.sqrt(1.3 ** 2 + 8))
+    assert greedy.within is True and greedy.ours_n == 2
+
+    sample = _cell(cmp, **base, benchmark="gsm8k", setting="hard_sample", metric="pass@1")
+    assert sample["diff"] == pytest.approx(-13.3) and sample.within is False
+    passk = _cell(cmp, **base, benchmark="gsm8k", setting="hard_sample", metric="pass@32")
+    assert passk.ours_mean == pytest.approx(91.0)
+    assert passk.tolerance == pytest.approx(2 * math.sqrt(0.09 + 2)) and passk.within is False  # 3.1 > 2.89
+
+    base_row = _cell(cmp, model="llama-3b", train_mode="none", benchmark="gsm8k", setting="hard_greedy", metric="pass@1")
+    assert base_row.ours_std == 0.0 and base_row["diff"] == pytest.approx(0.0) and base_row.within is True
+
+    nll = _cell(cmp, **base, benchmark="arc", setting="loglik", metric="nll_correct")
+    assert nll.ours_mean == pytest.approx(3.2) and nll.within is False  # 0.04 > 2·sqrt(1e-4 + 2e-4)
+
+    missing = _cell(cmp, **base, benchmark="math500", setting="hard_greedy", metric="pass@1")
+    assert pd.isna(missing.ours_mean) and missing.within is None
+    ablation = _cell(cmp, model="llama-3b", variant="gamma1.0", setting="hard_greedy")
+    assert ablation.paper_variant == "gamma=1.0" and pd.isna(ablation.ours_mean)
+
+
+def test_claims_against_hand_computed_verdicts(fixture):
+    ours = reproduction.aggregate(reproduction.seed_rows(fixture["evals"]))
+    claims = {c.key: c for c in reproduction.judge_claims(ours)}
+    # hard_greedy: soft 74 ≥ 72 ok, fuzzy 70 ≥ 72 - 6.32 ok; hard_sample: soft 51 < 61 - 4 fails, fuzzy 60 ok
+    assert (claims["match_pass1"].held, claims["match_pass1"].total) == (3, 4)
+    assert claims["match_pass1"].verdict == reproduction.SUPPORTED  # 3/4 = the 75 % bar
+    # pass@32: soft 96 > 91, fuzzy 89 < 91
+    assert (claims["beat_passk"].held, claims["beat_passk"].total, claims["beat_passk"].verdict) == (
+        1, 2, reproduction.NOT_SUPPORTED)
+    # best hard vs best soft/fuzzy setting: base 71.4 < fuzzy_greedy 72 (sd 0) fails; hard 72 vs 53 ok;
+    # soft 74 vs 61 ok; fuzzy 70 ± 1.41 vs soft_greedy 80 ± 0 fails
+    best = claims["hard_inference_best"]
+    assert (best.held, best.total, best.verdict) == (2, 4, reproduction.NOT_SUPPORTED)
+    assert sum(e.startswith("fails") and "base" in e for e in best.evidence) == 1
+    # NLL: hard 3.2 > base 2.86 ok; soft 2.9 < 3.2 ok; fuzzy 3.3 > 3.2 fails
+    assert (claims["ood_nll"].held, claims["ood_nll"].total) == (2, 3)
+    assert claims["ood_nll"].verdict == reproduction.NOT_SUPPORTED
+    assert claims["llama8b_gsm8k_hard_math500"].verdict == reproduction.NOT_MEASURED
+
+
+def test_one_seed_is_not_enough_for_a_claim(fixture):
+    seeds = reproduction.seed_rows(fixture["evals"])
+    ours = reproduction.aggregate(seeds[seeds.seed == 0])
+    claims = {c.key: c for c in reproduction.judge_claims(ours)}
+    assert claims["match_pass1"].verdict == reproduction.NOT_MEASURED and claims["match_pass1"].total == 0
+    assert pd.isna(ours[(ours.train_mode == "hard")].iloc[0]["std"])
+
+
+def test_the_paper_numbers_ship_with_every_table():
+    paper = load_paper_results()
+    assert set(paper.table) == set(TABLES) and len(paper) == 909
+    assert not paper.duplicated(["table", *CELL_KEYS]).any()
+    cell = _cell(paper[paper.table == "tab:main"], model="llama-3b", train_dataset="gsm8k", train_mode="fuzzy",
+                 benchmark="gsm8k", setting="hard_sample", metric="pass@32")
+    assert (cell["mean"], cell["std"]) == (97.4, 0.3)
+
+
+def test_ledger_counts_gpu_hours_per_job_cell_and_table(fixture):
+    gpus = {"train": {"llama-3b": 2}, "evaluate": 1}
+    jobs = ledger.read_jobs(fixture["bench"], gpus)
+    train0 = _cell(jobs, job="train/llama-3b/gsm8k/hard/seed0")
+    assert train0.gpus == 2 and train0.gpu_hours == pytest.approx(2.0) and train0.cpu_hours == pytest.approx(2.0)
+    assert _cell(jobs, job="select/llama-3b/gsm8k/hard/seed0").gpu_hours == 0
+    seeds = reproduction.seed_rows(fixture["evals"])
+    cells = ledger.cell_costs(seeds, jobs, CELL_KEYS)
+    greedy = _cell(cells, train_mode="hard", benchmark="gsm8k", setting="hard_greedy", metric="pass@1")
+    # two training runs (2 + 1 GPU-h), one selection, two evaluations (0.2 + 0.1 GPU-h)
+    assert greedy.jobs == 5 and greedy.gpu_hours == pytest.approx(3.3)
+    tables = ledger.table_costs(cells, jobs, {"t": lambda r: r["train_mode"] == "hard" and r["benchmark"] == "gsm8k"})
+    t = _cell(tables, table="t")
+    assert t.jobs == 6 and t.gpu_hours == pytest.approx(3.3 + 100 / 3600)  # the shared runs counted once
+
+
+def test_report_pages_show_missing_cells_and_claims(fixture):
+    settings = {"grid": "fixture", "toy": False, "gpus": {"train": {"llama-3b": 2}, "evaluate": 1},
+                "paper_results": str(fixture["paper"])}
+    write_report(fixture["evals"], fixture["bench"], fixture["out"], settings)
+    md = (fixture["out"] / "reproduction.md").read_text()
+    html = (fixture["out"] / "reproduction.html").read_text()
+    row = next(line for line in md.splitlines() if "math500" in line and "34.6" in line)
+    assert "missing" in row and "0.0 ±" not in row.split("34.6")[1]
+    assert "tab:scale** (Ablation: noise factor): 0 of 1 cells measured" in md
+    assert "4 of 5 cells measured; 2 of 4 within 2σ" in md  # tab:main
+    assert 'class="v-supported"' in html and 'class="v-not-yet-measured"' in html and 'class="missing"' in html
+    cells = pd.read_csv(fixture["out"] / "cells.csv")
+    assert len(cells) == 7
+    assert (fixture["out"] / "ledger.csv.prov.json").exists()
+    claims = json.loads((fixture["out"] / "claims.json").read_text())
+    assert [c["verdict"] for c in claims["ours"]][:2] == [reproduction.SUPPORTED, reproduction.NOT_SUPPORTED]
+
+
+# ---------------------------------------------------------------- audit of one cell
+def _chain(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """data -> training checkpoint -> selection -> evaluation files of two seeds -> tables."""
+    from softtokens.reporting import write_tables
+
+    data = tmp_path / "data" / "ds"
+    data.mkdir(parents=True)
+    (data / "train.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    (data / "test.jsonl").write_text('{"question": "2+2", "answer": "4"}\n')
+    for split in ("train", "test"):
+        Provenance("prepare_data", {"split": split}).write_sidecar(data / f"{split}.jsonl")
+    evals = []
+    for seed, acc in ((0, 0.5), (1, 0.7)):
+        run = tmp_path / "runs" / "toy" / "ds" / "hard" / f"seed{seed}"
+        best = run / "checkpoints" / "best"
+        best.mkdir(parents=True)
+        (best / "model.safetensors").write_text(f"weights {seed}")
+        train = Provenance("train", {"seed": seed}, inputs={"train": data / "train.jsonl"})
+        train.write_sidecar(best)
+        train.write_sidecar(run / "checkpoints")
+        selected = run / "selected.json"
+        write_json(selected, {"step": 8, "checkpoint": best.as_posix(), "provenance": Provenance(
+            "select_checkpoint", {}, inputs={"checkpoints": run / "checkpoints"}).record()})
+        ev = tmp_path / "eval" / "toy" / f"ds-hard-seed{seed}" / "ds" / "hard_greedy.json"
+        ev.parent.mkdir(parents=True)
+        prov = Provenance("evaluate", {}, inputs={"selected": selected, "checkpoint": best, "data": data / "test.jsonl"})
+        write_json(ev, {"n_samples": 1, "pass@1": acc, "pass@k": {"1": acc}, "mean_cot_length": 3.0,
+                        "provenance": prov.record()})
+        evals.append(ev)
+    out = tmp_path / "tables"
+    out.mkdir()
+    write_tables(evals, out, {"grid": "test"})
+    return out / "main.md", evals
+
+
+def test_audit_of_a_cell_flags_an_edited_data_file(tmp_path, monkeypatch, capsys):
+    from softtokens.cli import main
+    from softtokens.reporting import audit_cell
+
+    monkeypatch.chdir(tmp_path)
+    table, evals = _chain(Path("."))
+    lines, problems = audit_cell(table, "toy ds hard", "ds Greedy pass@1")
+    assert problems == 0, lines
+    assert lines[0].startswith("cell main [toy ds hard] [ds Greedy pass@1] = 60.0±14.1")
+    assert sum("[evaluate]" in line for line in lines) == 2 and any("[train]" in line for line in lines)
+
+    Path("data/ds/train.jsonl").write_text('{"question": "1+1", "answer": "3"}\n')  # edited after the run
+    lines, problems = audit_cell(table, "toy ds hard", "ds Greedy pass@1")
+    changed = [line for line in lines if "CHANGED" in line]
+    assert problems >= 1 and changed and all("data/ds/train.jsonl" in line for line in changed)
+    assert main(["audit", str(table), "--row", "toy ds hard", "--column", "ds Greedy pass@1"]) == 1
+    assert "CHANGED data/ds/train.jsonl" in capsys.readouterr().out
+
+
+def test_audit_of_a_cell_flags_a_result_that_no_longer_gives_the_table(tmp_path, monkeypatch):
+    from softtokens.reporting import audit_cell
+
+    monkeypatch.chdir(tmp_path)
+    table, evals = _chain(Path("."))
+    res = json.loads(evals[1].read_text())
+    res["pass@1"] = 0.9
+    evals[1].write_text(json.dumps(res))
+    lines, problems = audit_cell(table, "toy ds hard", "ds Greedy pass@1")
+    assert any("CHANGED" in line and "since the table was made" in line for line in lines)
+    assert any("CHANGED VALUE: the files now give 70.0±28.3, the table says 60.0±14.1" in line for line in lines)
+    evals[0].unlink()
+    lines, _ = audit_cell(table, "toy ds hard", "ds Greedy pass@1")
+    assert any(line.strip().startswith("MISSING") for line in lines)
+    with pytest.raises(KeyError, match="rows: .*toy ds hard"):
+        audit_cell(table, "toy ds soft", "ds Greedy pass@1")
