@@ -256,3 +256,19 @@ def test_audit_of_a_cell_flags_a_result_that_no_longer_gives_the_table(tmp_path,
     assert any(line.strip().startswith("MISSING") for line in lines)
     with pytest.raises(KeyError, match="rows: .*toy ds hard"):
         audit_cell(table, "toy ds soft", "ds Greedy pass@1")
+
+
+def test_llama8b_claim_needs_both_settings_below_the_base():
+    def cells(greedy_hard: float) -> pd.DataFrame:
+        rows = []
+        for setting, base, hard, sd in (("hard_greedy", 44.4, greedy_hard, 0.8), ("hard_sample", 31.1, 19.8, 1.4)):
+            common = dict(model="llama-8b", variant="", benchmark="math500", setting=setting, metric="pass@1")
+            rows.append({**common, "train_dataset": "none", "train_mode": "none", "mean": base, "std": 0.0, "n": 1})
+            rows.append({**common, "train_dataset": "gsm8k", "train_mode": "hard", "mean": hard, "std": sd, "n": 3})
+        return pd.DataFrame(rows)
+
+    claim = reproduction.claim_llama8b_gsm8k_hard(cells(20.2))
+    assert (claim.verdict, claim.held, claim.total) == (reproduction.SUPPORTED, 2, 2)
+    # greedy 43.0: 1.4 below the base, inside 2 × 0.8 = 1.6 -> one setting fails, so the claim does
+    claim = reproduction.claim_llama8b_gsm8k_hard(cells(43.0))
+    assert (claim.verdict, claim.held, claim.total) == (reproduction.NOT_SUPPORTED, 1, 2)

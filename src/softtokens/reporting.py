@@ -235,6 +235,7 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import seaborn as sns
+    from matplotlib.ticker import MaxNLocator
 
     sns.set_theme(style="whitegrid", context="paper")
     prov = Provenance("figures", settings, inputs={p.as_posix(): p for p in [*metrics_paths, *eval_paths]})
@@ -260,6 +261,8 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
                      marker="o", ax=axes[1], palette=MODE_COLOURS,
                      hue_order=[m for m in MODE_ORDER if m in set(val.train_mode)])
         axes[1].set(title="(b) greedy validation (model selection)", xlabel="RL step")
+        for ax in axes:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         _legend_outside(axes[1])
         fig.suptitle(f"{model} trained on {dataset}")
         _save_fig(fig, out_dir / f"training_{model}_{dataset}.png", prov)
@@ -290,7 +293,8 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
                 sns.lineplot(s, x="position", y="entropy", hue="train_mode", units="seed", estimator=None,
                              alpha=0.7, ax=ax, palette=palette, hue_order=[m for m in MODE_ORDER if m in set(s.train_mode)],
                              legend=ax is axes[0][0])
-                ax.set(title=setting.replace("_", " "), xlabel="CoT position", ylabel="entropy (nats)")
+                ax.set(title=setting.replace("_", " "), xlabel="CoT position (token)", ylabel="entropy (nats)")
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             handles, labels = axes[0][0].get_legend_handles_labels()
             if axes[0][0].get_legend() is not None:
                 axes[0][0].get_legend().remove()
