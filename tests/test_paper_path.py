@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from softtokens.config import cell_rl, load_config
-from softtokens.data import prepare
+from softtokens.splits import prepare
 from softtokens.training import TrainConfig, Trainer
 
 from conftest import make_tiny_model

@@ -1,5 +1,5 @@
 """Every loader reads its hand-written fixture (tests/fixtures/, the source's own row format)
-through `data.prepare`, the function `python -m softtokens prepare-data` runs on the cluster."""
+through `splits.prepare`, the function `python -m softtokens prepare-data` runs on the cluster."""
 
 import json
 import subprocess
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from softtokens.data import DataFormatError, prepare
+from softtokens.data import DataFormatError
+from softtokens.splits import prepare
 from softtokens.sources import SOURCES, clean_gold, last_boxed
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -109,3 +109,32 @@ def test_sigma_of_a_trained_checkpoint_comes_from_its_base(base, toy_rows, tmp_p
     assert result["sigma"] == pytest.approx(trainer.sigma) and result["sigma_source"] == source
     base_result = evaluate(str(base / "model"), toy_rows["test"][:2], "soft_sample", 2, 6, 2, 4, seed=0)
     assert base_result["sigma"] == pytest.approx(trainer.sigma) and base_result["sigma_source"] == "this base model's E"
+
+
+def test_one_source_of_cot_settings_for_training_validation_and_evaluation(base, toy_rows):
+    """soft_temperature (and every CoT key) reaches training rollouts, greedy validation and the
+    test-time settings alike: an ablation over tau evaluates at its own tau."""
+    from softtokens.config import COT_KEYS
+    from softtokens.evaluation import evaluate
+    from softtokens.generation import INFERENCE_SETTINGS, PAPER_COT, CotSetting, cot_settings
+
+    assert INFERENCE_SETTINGS == cot_settings(PAPER_COT)
+    assert INFERENCE_SETTINGS["soft_sample"] == CotSetting("soft", 0.5, 0.33)  # the paper's Section 4
+    assert INFERENCE_SETTINGS["fuzzy_greedy"] == CotSetting("fuzzy", 0.0001, 0.0)
+    cot = {**PAPER_COT, "soft_temperature": 0.7, "noise_factor": 1.0}
+    six = cot_settings(cot)
+    assert six["soft_greedy"] == CotSetting("soft", 0.7, 0.0) and six["soft_sample"] == CotSetting("soft", 0.7, 1.0)
+    assert six["fuzzy_sample"] == CotSetting("fuzzy", 0.0001, 1.0) and six["hard_greedy"] == CotSetting("hard", 0.0, 0.0)
+    for mode in ("hard", "soft", "fuzzy"):
+        cfg = TrainConfig(**{**CFG, **cot, "mode": mode})
+        assert cfg.cot_setting == six[f"{mode}_sample"] and cfg.validation_setting == six[f"{mode}_greedy"]
+    with pytest.raises(KeyError, match="missing soft_temperature"):
+        cot_settings({k: v for k, v in PAPER_COT.items() if k != "soft_temperature"})
+    assert set(COT_KEYS) == set(PAPER_COT)
+
+    rows = toy_rows["test"][:2]
+    result = evaluate(str(base / "model"), rows, "soft_greedy", 2, 6, 2, 4, seed=0, cot=cot)
+    assert (result["temperature"], result["noise_factor"]) == (0.7, 0.0)
+    result = evaluate(str(base / "model"), rows, "soft_sample", 2, 6, 2, 4, seed=0, cot=cot)
+    assert (result["temperature"], result["noise_factor"]) == (0.7, 1.0)
+    assert evaluate(str(base / "model"), rows, "soft_greedy", 2, 6, 2, 4, seed=0)["temperature"] == 0.5

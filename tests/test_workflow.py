@@ -44,6 +44,26 @@ def test_toy_grid_plan(tmp_path):
     assert counts["prepare_data"] == 1 and counts["prepare_benchmark"] == 2 and counts["build_toy_base"] == 1
 
 
+def test_evaluation_takes_the_cot_settings_of_its_grid_and_run(tmp_path):
+    """`soft_temperature` set for the grid reaches the base model's soft_greedy evaluation; set
+    for one training cell, it reaches that run's evaluations (and its training)."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["grids"]["toy"]["rl"]["soft_temperature"] = 0.7
+    config["grids"]["toy"]["training"][0]["rl"] = {"soft_temperature": 0.9}
+    cfg = tmp_path / "tau.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    args = ["-n", "-p", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(cfg)]
+    base = snakemake("results/toy/eval/toy/base/toyarith/soft_greedy.json", *args)  # --configfile takes nargs
+    assert base.returncode == 0, base.stderr
+    assert '"soft_temperature": 0.7' in base.stdout and '"soft_temperature": 0.5' not in base.stdout
+    run = snakemake("results/toy/eval/toy/toyarith-soft-seed0/toyarith/soft_sample.json", *args)
+    assert run.returncode == 0, run.stderr
+    commands = [line for line in run.stdout.splitlines() if "python -m softtokens" in line]
+    evaluate = next(line for line in commands if " evaluate " in line)
+    train = next(line for line in commands if " train " in line)
+    assert '"soft_temperature": 0.9' in evaluate and '"soft_temperature": 0.9' in train
+
+
 PAPER_ENV = {"SOFTTOKENS_SLURM_ACCOUNT": "testacct", "SOFTTOKENS_SLURM_GPU_PARTITION": "testgpu"}
 
 

@@ -21,7 +21,7 @@ def _settings(text: str) -> dict:
 
 # ---------------------------------------------------------------- commands
 def cmd_prepare_data(a) -> None:
-    from softtokens.data import prepare
+    from softtokens.splits import prepare
     from softtokens.provenance import Provenance, write_jsonl
 
     s = _settings(a.settings)
@@ -114,6 +114,7 @@ def cmd_select(a) -> None:
 def cmd_evaluate(a) -> None:
     from softtokens.data import read_jsonl
     from softtokens.evaluation import evaluate
+    from softtokens.config import COT_KEYS
     from softtokens.provenance import Provenance, write_json
     from softtokens.rewards import GRADING_TIMEOUT_S
 
@@ -121,9 +122,10 @@ def cmd_evaluate(a) -> None:
     model_path, inputs = _model_to_evaluate(a)
     prov = Provenance("evaluate", {**s, "setting": a.setting}, inputs={**inputs, "data": a.data},
                       seeds={"seed": s.get("seed", 0)})
+    cot = {k: s[k] for k in COT_KEYS if k in s} or None  # the grid's (or the run's) CoT settings
     result = evaluate(model_path, read_jsonl(a.data), a.setting, s["n_samples"], s["cot_max_tokens"],
                       s["answer_max_tokens"], s.get("batch_size", 64), s.get("seed", 0), s.get("dtype", "float32"),
-                      a.threads, s.get("grading_timeout_s", GRADING_TIMEOUT_S))
+                      a.threads, s.get("grading_timeout_s", GRADING_TIMEOUT_S), cot=cot)
     if not inputs:
         prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
     write_json(a.out, {**result, **_selection_record(a), "provenance": prov.record()})

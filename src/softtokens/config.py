@@ -92,6 +92,11 @@ def check_config(config: dict) -> None:
                 raise ConfigError(f"'grids.{name}': a model with source 'toy' needs a dataset with loader 'toy'")
 
 
+# the keys of `rl:` that say how a CoT is decoded; generation.cot_settings turns them into the
+# six inference settings, the training rollout setting and the validation setting
+COT_KEYS = ("hard_temperature", "soft_temperature", "fuzzy_temperature", "noise_factor")
+
+
 def cell_rl(config: dict, grid_name: str, model: str, dataset: str) -> dict:
     """RL settings of one training cell: the paper's, the grid's overrides, the cell's overrides."""
     cells = [c for c in config["grids"][grid_name]["training"] if (c["model"], c["dataset"]) == (model, dataset)]

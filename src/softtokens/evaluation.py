@@ -10,7 +10,7 @@ import torch
 from tqdm import tqdm
 
 from softtokens.data import format_prompt
-from softtokens.generation import COT, INFERENCE_SETTINGS, CotEngine, is_stochastic, row_seed
+from softtokens.generation import COT, INFERENCE_SETTINGS, CotEngine, cot_settings, is_stochastic, row_seed
 from softtokens.metrics import entropy_profile, entropy_sums, mean_pass_at_k
 from softtokens.modeling import hub_revision, load_model, load_tokenizer, noise_scale, pick_device
 from softtokens.rewards import GRADING_TIMEOUT_S, grade
@@ -18,11 +18,17 @@ from softtokens.rewards import GRADING_TIMEOUT_S, grade
 
 def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: int, cot_max_tokens: int,
              answer_max_tokens: int, batch_size: int, seed: int, dtype: str = "float32",
-             threads: int = 1, grading_timeout_s: float = GRADING_TIMEOUT_S, refill: bool = True) -> dict:
+             threads: int = 1, grading_timeout_s: float = GRADING_TIMEOUT_S, refill: bool = True,
+             cot: dict | None = None) -> dict:
     """Greedy settings draw 1 CoT per problem, sample settings ``n_samples``; answers greedy.
-    sigma follows modeling.noise_scale: the base model's E, as in the model's training."""
+    ``cot``: the config's CoT keys (config.COT_KEYS) the six settings derive from; the
+    paper's when absent. sigma follows modeling.noise_scale: the base model's E, as in the
+    model's training."""
     torch.set_num_threads(threads)
-    setting = INFERENCE_SETTINGS[setting_name]
+    settings = INFERENCE_SETTINGS if cot is None else cot_settings(cot)
+    if setting_name not in settings:
+        raise ValueError(f"unknown inference setting {setting_name!r} (known: {', '.join(settings)})")
+    setting = settings[setting_name]
     n = n_samples if is_stochastic(setting) else 1
     tokenizer = load_tokenizer(model_path)
     model = load_model(model_path, dtype, pick_device()).eval()

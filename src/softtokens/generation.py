@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
+from softtokens.config import COT_KEYS
 from softtokens.data import PREFILL_AFTER_STOP, PREFILL_AT_LIMIT, STOP_TEXT
 from softtokens import decode_forward
 from softtokens.decode_forward import DecodeForward
@@ -53,15 +54,34 @@ class CotSetting(NamedTuple):
     noise_factor: float  # gamma; sigma = gamma * embedding RMS; 0 = no noise
 
 
-# Section 4, 'Inference settings'. Answers are always greedy at test time.
-INFERENCE_SETTINGS: dict[str, CotSetting] = {
-    "hard_greedy": CotSetting("hard", 0.0, 0.0),
-    "hard_sample": CotSetting("hard", 1.0, 0.0),
-    "soft_greedy": CotSetting("soft", 0.5, 0.0),
-    "soft_sample": CotSetting("soft", 0.5, 0.33),
-    "fuzzy_greedy": CotSetting("fuzzy", 0.0001, 0.0),
-    "fuzzy_sample": CotSetting("fuzzy", 0.0001, 0.33),
-}
+# the paper's values of the config keys that say how a CoT is decoded (config.COT_KEYS)
+PAPER_COT = {"hard_temperature": 1.0, "soft_temperature": 0.5, "fuzzy_temperature": 0.0001, "noise_factor": 0.33}
+
+
+def cot_settings(cot: Mapping) -> dict[str, CotSetting]:
+    """The six inference settings (Section 4) from a config's CoT keys.
+
+    Why one function: training rollouts decode with a mode's ``*_sample`` setting, greedy
+    validation with its ``*_greedy`` one, and evaluation with all six. Derived here from the
+    same keys, a change of ``soft_temperature`` (an ablation's τ) reaches test-time
+    ``soft_greedy`` / ``soft_sample`` as it reaches training; it once did not."""
+    missing = [k for k in COT_KEYS if k not in cot]
+    if missing:
+        raise KeyError(f"CoT settings need {', '.join(COT_KEYS)}; missing {', '.join(missing)}")
+    gamma = float(cot["noise_factor"])
+    soft, fuzzy = float(cot["soft_temperature"]), float(cot["fuzzy_temperature"])
+    return {
+        "hard_greedy": CotSetting("hard", 0.0, 0.0),
+        "hard_sample": CotSetting("hard", float(cot["hard_temperature"]), 0.0),
+        "soft_greedy": CotSetting("soft", soft, 0.0),
+        "soft_sample": CotSetting("soft", soft, gamma),
+        "fuzzy_greedy": CotSetting("fuzzy", fuzzy, 0.0),
+        "fuzzy_sample": CotSetting("fuzzy", fuzzy, gamma),
+    }
+
+
+# The paper's defaults, the public view. Answers are always greedy at test time.
+INFERENCE_SETTINGS: dict[str, CotSetting] = cot_settings(PAPER_COT)
 
 
 def row_seed(*parts: int) -> int:

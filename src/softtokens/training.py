@@ -26,9 +26,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from softtokens.config import COT_KEYS
 from softtokens.data import format_prompt
 from softtokens.distributed import DataParallel
-from softtokens.generation import CotEngine, CotSetting, row_seed
+from softtokens.generation import CotEngine, CotSetting, cot_settings, row_seed
 from softtokens.modeling import EmbeddingScale, hub_revision, load_model, load_tokenizer, noise_scale
 from softtokens.provenance import atomic_dir, write_jsonl
 from softtokens.rewards import GRADING_TIMEOUT_S, grade, reward_of_grade
@@ -94,17 +95,14 @@ class TrainConfig:
 
     @property
     def cot_setting(self) -> CotSetting:
-        """The CoT decoding used for training rollouts (the *_sample inference settings)."""
-        if self.mode == "hard":
-            return CotSetting("hard", self.hard_temperature, 0.0)
-        tau = self.soft_temperature if self.mode == "soft" else self.fuzzy_temperature
-        return CotSetting(self.mode, tau, self.noise_factor)
+        """The CoT decoding of training rollouts: the mode's *_sample inference setting."""
+        return cot_settings({k: getattr(self, k) for k in COT_KEYS})[f"{self.mode}_sample"]
 
     @property
     def validation_setting(self) -> CotSetting:
-        """Greedy validation: hard CoT at tau = 0, or the run's soft/fuzzy CoT without noise."""
-        s = self.cot_setting
-        return CotSetting("hard", 0.0, 0.0) if s.mode == "hard" else CotSetting(s.mode, s.temperature, 0.0)
+        """Greedy validation: the mode's *_greedy setting (hard CoT at tau = 0, or the run's
+        soft/fuzzy CoT without noise)."""
+        return cot_settings({k: getattr(self, k) for k in COT_KEYS})[f"{self.mode}_greedy"]
 
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from softtokens.config import cell_rl, check_config, resolved_rl
+from softtokens.config import COT_KEYS, cell_rl, check_config, resolved_rl
 from softtokens.config import job_resources as site_job_resources
 from softtokens.plan import check_plan, train_processes
 
@@ -199,10 +199,17 @@ def train_launcher(wildcards, resources):
 
 
 def eval_settings(wildcards):
+    """An evaluation's settings. The six inference settings derive from the CoT keys (τ, γ) of
+    the run that was trained (its cell's `rl:`), or of the grid for a base model, as training
+    and validation do (generation.cot_settings)."""
     keys = ("n_samples", "cot_max_tokens", "answer_max_tokens", "batch_size", "seed")
     s = {k: EVAL[k] for k in keys if k in EVAL}
     s["dtype"] = RL["compute_dtype"]
     s["grading_timeout_s"] = RL["grading_timeout_s"]
+    rl = RL
+    if wildcards.trained != "base":
+        rl = cell_rl(config, GRID_NAME, wildcards.model, wildcards.trained.rsplit("-", 2)[0])
+    s.update({k: rl[k] for k in COT_KEYS})
     return json.dumps(s, sort_keys=True)
 
 
