@@ -129,6 +129,11 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
         if c.evidence:
             blocks.append(("h3", f"Evidence (ours): {c.statement}"))
             blocks.append(("list", c.evidence))
+    for c in data["claims_paper"]:
+        fails = [e for e in c.evidence if e.startswith("fails")]
+        if c.verdict != reproduction.SUPPORTED and fails:
+            blocks.append(("h3", f"Where the paper's own numbers fail the rule: {c.statement}"))
+            blocks.append(("list", fails))
     blocks.append(("h2", "Cell by cell"))
     for table, label in TABLES.items():
         sub = comparison[comparison.table == table]

@@ -286,8 +286,8 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
     if not ent.empty:
         for (model, dataset, bench), sub in figure_groups(ent):
             settings_present = [s for s in SETTING_ORDER if s in set(sub.setting)]
-            fig, axes = plt.subplots(1, len(settings_present), figsize=(3.2 * len(settings_present), 3), sharey=True,
-                                     squeeze=False)
+            fig, axes = plt.subplots(1, len(settings_present), figsize=(3.2 * len(settings_present), 3), sharex=True,
+                                     sharey=True, squeeze=False)
             for ax, setting in zip(axes[0], settings_present):
                 s = sub[sub.setting == setting]
                 sns.lineplot(s, x="position", y="entropy", hue="train_mode", units="seed", estimator=None,

@@ -153,7 +153,7 @@ def claim_match_pass1(cells: pd.DataFrame) -> Claim:
                     continue
                 tol = _combined(r, hard)
                 checks.append((r["mean"] >= hard["mean"] - tol - 1e-9,
-                               f"{model} {ds} {bench} {setting}: {mode} {_fmt(r)} vs hard {_fmt(hard)} (tolerance {tol:.2f})"))
+                               f"{model} trained on {ds}, {bench} {setting}: {mode} {_fmt(r)} vs hard {_fmt(hard)} (tolerance {tol:.2f})"))
     return c.decide(checks)
 
 
@@ -173,7 +173,7 @@ def claim_beat_passk(cells: pd.DataFrame) -> Claim:
             r = idx.get((model, ds, mode, "", bench, "hard_sample", metric))
             if hard is None or r is None or not (_spread_known(hard) and _spread_known(r)):
                 continue
-            checks.append((r["mean"] > hard["mean"], f"{model} {ds} {bench} {metric}: {mode} {_fmt(r)} vs hard {_fmt(hard)}"))
+            checks.append((r["mean"] > hard["mean"], f"{model} trained on {ds}, {bench} {metric}: {mode} {_fmt(r)} vs hard {_fmt(hard)}"))
     return c.decide(checks)
 
 
@@ -194,7 +194,7 @@ def claim_hard_inference_best(cells: pd.DataFrame) -> Claim:
         h, o = hard.loc[hard["mean"].idxmax()], other.loc[other["mean"].idxmax()]
         tol = _combined(h, o)
         checks.append((h["mean"] >= o["mean"] - tol - 1e-9,
-                       f"{model} {'base' if mode == 'none' else ds + ' ' + mode} {bench}: {h['setting']} {_fmt(h)} vs "
+                       f"{model} {'base' if mode == 'none' else f'trained {mode} on {ds}'}, {bench}: {h['setting']} {_fmt(h)} vs "
                        f"{o['setting']} {_fmt(o)} (tolerance {tol:.2f})"))
     return c.decide(checks)
 
@@ -213,11 +213,11 @@ def claim_ood_nll(cells: pd.DataFrame) -> Claim:
         hard = idx.get((model, ds, "hard", "", bench, "loglik", "nll_correct"))
         if base is None or hard is None:
             continue
-        checks.append((hard["mean"] > base["mean"], f"{model} {ds} {bench}: hard {_fmt(hard)} vs base {_fmt(base)}"))
+        checks.append((hard["mean"] > base["mean"], f"{model} trained on {ds}, {bench}: hard {_fmt(hard)} vs base {_fmt(base)}"))
         for mode in ("soft", "fuzzy"):
             r = idx.get((model, ds, mode, "", bench, "loglik", "nll_correct"))
             if r is not None:
-                checks.append((r["mean"] < hard["mean"], f"{model} {ds} {bench}: {mode} {_fmt(r)} vs hard {_fmt(hard)}"))
+                checks.append((r["mean"] < hard["mean"], f"{model} trained on {ds}, {bench}: {mode} {_fmt(r)} vs hard {_fmt(hard)}"))
     return c.decide(checks)
 
 

@@ -99,7 +99,9 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     W32, E32 = float32_weights(model, vocab_rows, with_input=continuous)  # one copy when E is tied to W
     h = hidden[:, -(steps + 1):-1]  # h[:, s] produced step s
     # The (N, S, V) float32 logits never exist at once: each chunk of steps computes its terms and,
-    # under autograd, is recomputed in the backward pass (README, "Rollout engine").
+    # under autograd, is recomputed in the backward pass (README, "Rollout engine"). A rollout that
+    # fits one chunk keeps it for the backward instead: the same peak, no recomputation.
+    recompute = torch.is_grad_enabled() and steps > LOGIT_CHUNK_STEPS
     parts = []
     for lo in range(0, steps, LOGIT_CHUNK_STEPS):
         hi = min(lo + LOGIT_CHUNK_STEPS, steps)
@@ -107,7 +109,7 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
                 None if not continuous else rollout.noisy_inputs[:, lo:hi],
                 None if rollout.argmax_ids is None else rollout.argmax_ids[:, lo:hi])
         kw = dict(setting=setting, sigma=sigma, answer_temperature=answer_temperature, gaussian_scale=gaussian_scale)
-        if torch.is_grad_enabled():
+        if recompute:
             parts.append(checkpoint(_chunk_terms, *args, use_reentrant=False, **kw))
         else:
             parts.append(_chunk_terms(*args, **kw))

@@ -102,9 +102,9 @@ def figure_targets(ext="png"):
 
 
 FIGURE_KINDS = {
-    "training": ("Figures: training curves", "figure_training.rst"),
-    "passk": ("Figures: pass@k", "figure_passk.rst"),
-    "entropy": ("Figures: CoT entropy", "figure_entropy.rst"),
+    "training": ("Training curves", "figure_training.rst"),
+    "passk": ("pass@k figures", "figure_passk.rst"),
+    "entropy": ("CoT entropy figures", "figure_entropy.rst"),
 }
 
 
@@ -120,7 +120,7 @@ def reported_figures():
 
 
 def reported_settings_tables():
-    return [report(f"{RESULTS}/tables/settings_{b}.csv", category="Appendix: six inference settings",
+    return [report(f"{RESULTS}/tables/settings_{b}.csv", category="Appendix tables (six inference settings)",
                    caption="../report/table_settings.rst", labels={"benchmark": b}) for b in EVAL["benchmarks"]]
 
 
