@@ -57,11 +57,12 @@ def fixture(tmp_path):
                 n = 32 if sampled else 1
                 p1 = by_setting[setting][seed] / 100
                 passk = {"1": p1, **({"32": by_setting["pass@32"][seed] / 100} if sampled else {})}
-                p.write_text(json.dumps({"n_samples": n, "pass@1": p1, "pass@k": passk}))
+                p.write_text(json.dumps({"n_samples": n, "pass@1": p1, "pass@k": passk, "mean_cot_length": 40.0}))
                 evals.append(p)
             p = tmp_path / "eval" / "llama-3b" / _trained(mode, seed) / "arc" / "loglik.json"
             p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(json.dumps({"accuracy": 0.7, "nll_correct": NLL[mode][seed]}))
+            p.write_text(json.dumps({"accuracy": 0.7, "accuracy_norm": 0.7, "nll_correct": NLL[mode][seed],
+                                     "n_problems": 100}))
             evals.append(p)
     bench = tmp_path / "benchmarks"
     for job, wall, cpu in (("train/llama-3b/gsm8k/hard/seed0", 3600.0, 7200.0),

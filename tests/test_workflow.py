@@ -100,6 +100,9 @@ def test_paper_jobs_resources_and_launcher():
     assert "gpu=8" in train8 and "--num_processes 8" in train8
     evaluate = text.split("rule evaluate:")[1].split("rule ")[0]
     assert "gpu=1" in evaluate and "--cot_max_tokens" not in evaluate and '"n_samples": 32' in evaluate
+    # the six settings derive from the run's CoT keys (generation.cot_settings): the paper's here
+    assert '"soft_temperature": 0.5' in evaluate and '"fuzzy_temperature": 0.0001' in evaluate
+    assert '"noise_factor": 0.33' in evaluate and '"hard_temperature": 1.0' in evaluate
     loglik = text.split("rule evaluate_loglik:")[1].split("rule ")[0]
     assert "gpu=1" in loglik and "--model Qwen/Qwen2.5-3B-Instruct" in loglik
 

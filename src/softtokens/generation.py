@@ -425,7 +425,8 @@ class _DecodeRun:
         cot_idx = self.cot_pos.clamp(max=self.cot_max - 1)
         if not self.continuous and self.setting.temperature == self.answer_temperature:
             # hard CoT and answer tokens from the same distribution: one draw, each row with its own uniform
-            drawn = sample_tokens(logits, self.answer_temperature, torch.where(is_cot, self.u_cot[rows, cot_idx], u_ans))
+            drawn = argmax if self.answer_temperature == 0 else sample_tokens(
+                logits, self.answer_temperature, torch.where(is_cot, self.u_cot[rows, cot_idx], u_ans))
             tok = torch.where(is_cot | is_ans, drawn, tok)
         else:
             tok = torch.where(is_ans, argmax if self.answer_temperature == 0
@@ -436,7 +437,8 @@ class _DecodeRun:
                 mix = mix + self.sigma * self.eps[rows, cot_idx]
             tok = torch.where(is_cot, argmax, tok)
         elif self.setting.temperature != self.answer_temperature:
-            tok = torch.where(is_cot, sample_tokens(logits, self.setting.temperature, self.u_cot[rows, cot_idx]), tok)
+            tok = torch.where(is_cot, argmax if self.setting.temperature == 0
+                              else sample_tokens(logits, self.setting.temperature, self.u_cot[rows, cot_idx]), tok)
         x = self.model.get_input_embeddings()(tok)
         if self.continuous:
             x = torch.where(is_cot.unsqueeze(-1), mix.to(x.dtype), x)

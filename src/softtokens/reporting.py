@@ -347,12 +347,6 @@ def passk_figure(plt, sns, sub: pd.DataFrame, palette: dict):
 
 
 # ---------------------------------------------------------------- audit of one table cell
-def _metric_value(res: dict, metric: str) -> float:
-    if metric == "pass@n":
-        return 100 * res["pass@k"][str(res["n_samples"])]
-    return res[metric] if metric == "nll_correct" else 100 * res[metric]
-
-
 def audit_cell(table: str | Path, row: str, column: str) -> tuple[list[str], int]:
     """The chain of one table cell: the cell -> its evaluation files (one per seed) -> selected
     checkpoint -> training run -> base model and data, each link with code version, config hash
@@ -385,7 +379,8 @@ def audit_cell(table: str | Path, row: str, column: str) -> tuple[list[str], int
         if recorded and recorded != sha256_path(p):
             lines.append(f"  CHANGED {p} since the table was made (recorded {recorded[:12]}, now {sha256_path(p)[:12]})")
             problems += 1
-        values.append(_metric_value(json.loads(p.read_text()), cell["metric"]))
+        load = load_loglik_frame if p.stem == "loglik" else load_eval_frame  # as the table read it
+        values.append(float(load([p])[cell["metric"]].iloc[0]))
         sub, sub_problems = audit(p, 1)
         lines.extend(sub)
         problems += sub_problems

@@ -14,7 +14,6 @@ and the claims that need a spread say "not yet measured".
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from softtokens.paper import CELL_KEYS
-from softtokens.reporting import parse_eval_path
+from softtokens.reporting import load_eval_frame, load_loglik_frame
 
 SIGMAS = 2.0      # a cell matches when |ours - paper| <= SIGMAS * sqrt(sd_paper² + sd_ours²)
 MAJORITY = 0.75   # a claim is supported when it holds in at least this share of its comparisons
@@ -32,26 +31,32 @@ SUPPORTED, NOT_SUPPORTED, NOT_MEASURED = "supported", "not supported", "not yet 
 
 # ---------------------------------------------------------------- our cells
 def seed_rows(eval_paths: list[Path]) -> pd.DataFrame:
-    """One row per (evaluation file, metric): the CELL_KEYS, ``seed``, ``value``, ``path``.
-    Math settings give pass@1 and, when sampled, pass@n (n = samples per problem); the
-    multiple-choice files (``loglik.json``) give accuracy (the paper files it under hard_greedy)
-    and nll_correct (setting ``loglik``)."""
-    rows = []
-    for p in map(Path, eval_paths):
-        res = json.loads(p.read_text())
-        keys = parse_eval_path(p)
-        base = {k: keys[k] for k in ("model", "train_dataset", "train_mode", "benchmark")}
-        base.update(variant=keys.get("variant", ""), seed=keys["seed"], path=p.as_posix())
-        if p.stem == "loglik":
-            rows.append({**base, "setting": "hard_greedy", "metric": "accuracy", "value": 100 * res["accuracy"]})
-            rows.append({**base, "setting": "loglik", "metric": "nll_correct", "value": res["nll_correct"]})
-            continue
-        rows.append({**base, "setting": keys["setting"], "metric": "pass@1", "value": 100 * res["pass@1"]})
-        n = res["n_samples"]
-        if keys["setting"].endswith("_sample"):
-            rows.append({**base, "setting": keys["setting"], "metric": f"pass@{n}",
-                         "value": 100 * res["pass@k"][str(n)]})
-    return pd.DataFrame(rows, columns=[*CELL_KEYS, "seed", "value", "path"])
+    """One row per (evaluation file, metric): the CELL_KEYS, ``seed``, ``value``, ``path``, read by
+    the tables' own loaders (reporting.load_eval_frame / load_loglik_frame). Math settings give
+    pass@1 and, when sampled, pass@n (n = samples per problem); the multiple-choice files
+    (``loglik.json``) give accuracy (the paper files it under hard_greedy) and nll_correct
+    (setting ``loglik``)."""
+    paths = [Path(p) for p in eval_paths]
+    keys = ["model", "train_dataset", "train_mode", "benchmark", "seed", "path"]
+    parts = []
+    math = [p for p in paths if p.stem != "loglik"]
+    if math:
+        df = load_eval_frame(math)
+        parts.append(df[keys + ["setting"]].assign(metric="pass@1", value=df["pass@1"]))
+        sampled = df[df.setting.str.endswith("_sample")]
+        parts.append(sampled[keys + ["setting"]].assign(metric="pass@" + sampled["n"].astype(str),
+                                                        value=sampled["pass@n"]))
+    loglik = [p for p in paths if p.stem == "loglik"]
+    if loglik:
+        df = load_loglik_frame(loglik)
+        parts.append(df[keys].assign(setting="hard_greedy", metric="accuracy", value=df["accuracy"]))
+        parts.append(df[keys].assign(setting="loglik", metric="nll_correct", value=df["nll_correct"]))
+    columns = [*CELL_KEYS, "seed", "value", "path"]
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    out = pd.concat(parts, ignore_index=True)
+    out["variant"] = ""  # the paper's main cells; ablation variants are not in the layout yet
+    return out[columns]
 
 
 def aggregate(seeds: pd.DataFrame) -> pd.DataFrame:

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from softtokens.config import COT_KEYS
 from softtokens.data import format_prompt
 from softtokens.distributed import DataParallel
-from softtokens.generation import CotEngine, CotSetting, cot_settings, row_seed
+from softtokens.generation import PAPER_COT, CotEngine, CotSetting, cot_settings, row_seed
 from softtokens.modeling import EmbeddingScale, hub_revision, load_model, load_tokenizer, noise_scale
 from softtokens.provenance import atomic_dir, write_jsonl
 from softtokens.rewards import GRADING_TIMEOUT_S, grade, reward_of_grade
@@ -68,10 +68,10 @@ class TrainConfig:
     max_grad_norm: float = 0.0         # 0 = no clipping
     cot_max_tokens: int = 128
     answer_max_tokens: int = 32
-    hard_temperature: float = 1.0
-    soft_temperature: float = 0.5
-    fuzzy_temperature: float = 0.0001
-    noise_factor: float = 0.33         # gamma
+    hard_temperature: float = PAPER_COT["hard_temperature"]    # the CoT keys (config.COT_KEYS):
+    soft_temperature: float = PAPER_COT["soft_temperature"]    # the paper's values, from one place
+    fuzzy_temperature: float = PAPER_COT["fuzzy_temperature"]
+    noise_factor: float = PAPER_COT["noise_factor"]            # gamma
     answer_temperature: float = 1.0
     val_every: int = 50
     val_size: int = 500
