@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
 
-.PHONY: setup demo test lint clean-toy
+.PHONY: setup demo demo-ablations demo-long test lint clean-toy
 
 $(BIN)/activate:
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -24,6 +24,16 @@ setup: $(VENV)/.installed
 demo: setup
 	$(BIN)/snakemake --cores $(CORES)
 	$(BIN)/snakemake --report results/toy/report.html
+
+# the appendix ablations on the toy (not part of `demo`): the toy grid first (its runs are the
+# ablation tables' default rows, reused), then 12 variants x 2 seeds (about 45 min on 2 cores)
+demo-ablations: setup
+	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/snakemake --cores $(CORES) --config grid=toy-ablations
+
+# the toy for a few hundred steps at a paper-like learning rate, 3 seeds (about an hour on 2 cores)
+demo-long: setup
+	$(BIN)/snakemake --cores $(CORES) --config grid=toy-long
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -25,6 +25,11 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 
 
+onstart:
+    # on SLURM, before any job is submitted: would the executor lose track of its jobs?
+    slurm_status_check(workflow)
+
+
 rule all:
     default_target: True
     input:

@@ -120,4 +120,10 @@ def test_partition_and_account_come_from_the_environment(config):
     assert train["gpu"] == 2 and train["nodes"] == 1 and train["slurm_partition"] == "gpuq" and train["slurm_account"] == "a1"
     assert job_resources(paper, "cpu", environ=env)["slurm_partition"] == "cpuq"
     assert job_resources(paper, "evaluate", environ={"SOFTTOKENS_SLURM_PARTITION": "all"})["slurm_partition"] == "all"
-    assert job_resources(config["grids"]["toy"], "train", environ={}) == {}
+    # a grid with no resources block still asks for memory and time (no job takes a whole node),
+    # and training for SLURM's warning signal before its time limit
+    assert job_resources(config["grids"]["toy"], "train", environ={}) == {
+        "mem_mb": 16000, "runtime": 720, "slurm_extra": "--signal=USR1@600"}
+    assert job_resources(config["grids"]["toy"], "cpu", environ={}) == {"mem_mb": 4000, "runtime": 60}
+    assert "mem_mb" not in train and train["mem_mb_per_cpu"] == 8000  # never both (SLURM refuses)
+    assert train["runtime"] == 2880 and train["slurm_extra"] == "--signal=USR1@600"

@@ -82,6 +82,53 @@ def test_paper_grid_plan_with_the_slurm_profile(profile):
     assert "build_toy_base" not in counts
 
 
+def test_ablations_grid_plans_24_variant_runs_and_reuses_the_main_cells():
+    """The appendix ablations: 12 (mode, variant) arms x 2 seeds, each evaluated under the six
+    settings on GSM8K; the default rows are the paper grid's runs, never planned here."""
+    proc = snakemake("--profile", "slurm", "-n", "--config", "grid=ablations", env=PAPER_ENV)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-3000:]
+    counts = job_counts(proc)
+    assert counts["train"] == 24 and counts["select_checkpoint"] == 24
+    assert counts["evaluate"] == 24 * 6 and "evaluate_loglik" not in counts
+    assert counts["ablation_tables"] == 1 and "tables" not in counts and "build_toy_base" not in counts
+    arms = re.findall(r"rule train:.*?wildcards: model=([\w.-]+), dataset=(\w+), arm=([\w@.+-]+), seed=(\d)", text,
+                      flags=re.S)
+    assert len(arms) == 24 and all("@" in a for _, _, a, _ in arms)          # no default (main-grid) run
+    assert {(m, d) for m, d, _, _ in arms} == {("llama-3b", "gsm8k")}
+    assert len({a for _, _, a, _ in arms}) == 12
+    assert "results/paper/runs/llama-3b/gsm8k/soft@logits-top50/seed1/metrics.jsonl" in text
+
+
+def test_a_variant_reaches_its_training_and_its_evaluation(tmp_path):
+    """A variant's tau / placement / k reach its training job; tau and gamma its evaluation, whose
+    placement is the paper's (embedding) unless the grid evaluates in the run's own placement."""
+    args = ["-n", "-p", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(ROOT / "config.yaml")]
+    target = "results/toy/eval/toy/toyarith-soft@logits-top5-seed1/toyarith/soft_greedy.json"
+    proc = snakemake(target, *args, "--config", "grid=toy-ablations")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    commands = [line for line in proc.stdout.splitlines() if "python -m softtokens" in line]
+    train = next(line for line in commands if " train " in line)
+    evaluate = next(line for line in commands if " evaluate " in line)
+    assert '"noise_placement": "logits"' in train and '"noise_top_k": 5' in train and '"soft_temperature": 1.0' in train
+    assert '"variant": "logits-top5"' in train and "soft@logits-top5/seed1/_resume" in train
+    assert '"soft_temperature": 1.0' in evaluate and '"noise_placement": "embedding"' in evaluate
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["grids"]["toy-ablations"]["evaluation"]["inference_placement"] = "run"
+    cfg = tmp_path / "run_placement.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    proc = snakemake(target, "-n", "-p", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(cfg),
+                     "--config", "grid=toy-ablations")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    evaluate = next(line for line in proc.stdout.splitlines() if "python -m softtokens evaluate " in line)
+    assert '"noise_placement": "logits"' in evaluate and '"noise_top_k": 5' in evaluate
+    tau = snakemake("results/toy/eval/toy/toyarith-fuzzy@tau0.01-seed0/toyarith/fuzzy_greedy.json", *args,
+                    "--config", "grid=toy-ablations")
+    assert tau.returncode == 0, tau.stderr[-3000:]
+    assert sum('"fuzzy_temperature": 0.01' in line for line in tau.stdout.splitlines()
+               if "python -m softtokens" in line) == 2  # its training and its evaluation
+
+
 def test_paper_jobs_resources_and_launcher():
     proc = snakemake("--profile", "slurm", "-n", "results/paper/eval/llama-3b/math-soft-seed1/math500/soft_sample.json",
                      "results/paper/eval/llama-8b/gsm8k-hard-seed0/gsm8k/hard_greedy.json",

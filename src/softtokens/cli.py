@@ -12,6 +12,15 @@ import sys
 from pathlib import Path
 
 
+def check_expected(expected) -> None:
+    from softtokens.provenance import StaleInput, check_expected as check
+
+    try:
+        check(expected or [])
+    except StaleInput as err:
+        raise SystemExit(f"stale input: {err}") from None
+
+
 def _settings(text: str) -> dict:
     try:
         return json.loads(text)
@@ -26,7 +35,7 @@ def cmd_prepare_data(a) -> None:
 
     s = _settings(a.settings)
     splits = tuple(a.splits.split(","))
-    prov = Provenance("prepare_data", {**s, "splits": list(splits)}, seeds={"seed": s.get("seed")})
+    prov = Provenance("prepare_data", {**s, "splits": list(splits)}, seeds={"seed": s.get("seed")}, params=s)
     prepared, reports = prepare(a.dataset, s, splits)
     for split, report in reports.items():
         if report["local_path"]:  # a local copy: hashed (a file, or every file of a directory)
@@ -53,8 +62,9 @@ def cmd_build_toy_base(a) -> None:
     from softtokens.generation import CotEngine, INFERENCE_SETTINGS
 
     s = _settings(a.settings)
+    check_expected(a.expect)
     prov = Provenance("build_toy_base", s, inputs={"train": a.train, "validation": a.validation},
-                      seeds={"seed": s["seed"]})
+                      seeds={"seed": s["seed"]}, params=s)
     train, val = read_jsonl(a.train), read_jsonl(a.validation)
     keys = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size", "sft_steps",
             "sft_batch_size", "sft_lr", "seed", "forget_carry_rate")
@@ -76,19 +86,23 @@ def cmd_train(a) -> None:
     from softtokens.training import TrainConfig, Trainer
 
     s = _settings(a.settings)
+    check_expected(a.expect)
     cfg = TrainConfig.from_settings(s)
     base_is_path = Path(a.base).exists()
     prov = Provenance("train", s, inputs={"train": a.train, "validation": a.validation,
                                           **({"base_model": a.base} if base_is_path else {})},
-                      seeds={"seed": cfg.seed})
+                      seeds={"seed": cfg.seed}, params=s)
     trainer = Trainer(cfg, a.base, read_jsonl(a.train), read_jsonl(a.validation), Path(a.state_dir), a.threads)
     if not base_is_path:  # a hub id: record the commit whose weights were loaded
         prov.add_external("base_model", f"{a.base}@{trainer.base_revision or 'unknown revision'}")
     trainer.run()
+    attempts = trainer.attempts()  # before finish() removes the resume state that holds them
     trainer.finish(Path(a.checkpoints), Path(a.metrics))
     if not trainer.dp.is_main:
         return  # the main process writes the outputs and their provenance
-    extra = {"embedding_scale": trainer.embedding_scale, "sigma": trainer.sigma, "best_val": trainer.best_val,
+    extra = {"attempts": attempts, "embedding_scale": trainer.embedding_scale, "sigma": trainer.sigma,
+             "noise": trainer.noise,
+             "best_val": trainer.best_val,
              "base_val": trainer.base_val}
     prov.write_sidecar(a.metrics, extra=extra)
     for name in ("best", "latest"):
@@ -115,17 +129,19 @@ def cmd_evaluate(a) -> None:
     from softtokens.data import read_jsonl
     from softtokens.evaluation import evaluate
     from softtokens.config import COT_KEYS
+    from softtokens.generation import placement_of
     from softtokens.provenance import Provenance, write_json
     from softtokens.rewards import GRADING_TIMEOUT_S
 
     s = _settings(a.settings)
     model_path, inputs = _model_to_evaluate(a)
+    check_expected(a.expect)
     prov = Provenance("evaluate", {**s, "setting": a.setting}, inputs={**inputs, "data": a.data},
-                      seeds={"seed": s.get("seed", 0)})
+                      seeds={"seed": s.get("seed", 0)}, params=s)
     cot = {k: s[k] for k in COT_KEYS if k in s} or None  # the grid's (or the run's) CoT settings
     result = evaluate(model_path, read_jsonl(a.data), a.setting, s["n_samples"], s["cot_max_tokens"],
                       s["answer_max_tokens"], s.get("batch_size", 64), s.get("seed", 0), s.get("dtype", "float32"),
-                      a.threads, s.get("grading_timeout_s", GRADING_TIMEOUT_S), cot=cot)
+                      a.threads, s.get("grading_timeout_s", GRADING_TIMEOUT_S), cot=cot, placement=placement_of(s))
     if not inputs:
         prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
     write_json(a.out, {**result, **_selection_record(a), "provenance": prov.record()})
@@ -177,7 +193,8 @@ def cmd_evaluate_loglik(a) -> None:
 
     s = _settings(a.settings)
     model_path, inputs = _model_to_evaluate(a)
-    prov = Provenance("evaluate_loglik", s, inputs={**inputs, "data": a.data})
+    check_expected(a.expect)
+    prov = Provenance("evaluate_loglik", s, inputs={**inputs, "data": a.data}, params=s)
     rows = read_jsonl(a.data, required=("id", "context", "choices", "label"))
     result = evaluate_loglik(model_path, rows, s.get("batch_size", 32), s.get("dtype", "float32"), a.threads)
     if not inputs:
@@ -197,6 +214,13 @@ def cmd_figures(a) -> None:
     from softtokens.reporting import write_figures
 
     write_figures([Path(p) for p in a.metrics], [Path(p) for p in a.evals], Path(a.out_dir), _settings(a.settings))
+
+
+def cmd_ablations(a) -> None:
+    from softtokens.ablations import write_ablations
+
+    write_ablations([Path(p) for p in a.evals], [Path(p) for p in a.metrics], Path(a.tables_dir),
+                    Path(a.figures_dir), _settings(a.settings))
 
 
 def cmd_report(a) -> None:
@@ -249,12 +273,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_prepare_data)
 
     c = sub.add_parser("build-toy-base", help="tokenizer + tiny Llama + supervised CoTs")
+    c.add_argument("--expect", nargs="*", default=[], metavar="PATH=HASH",
+                   help="upstream outputs and the settings hash the current config gives them; a mismatch stops")
     for arg in ("--settings", "--train", "--validation", "--out"):
         c.add_argument(arg, required=True)
     c.add_argument("--threads", type=int, default=1)
     c.set_defaults(func=cmd_build_toy_base)
 
     c = sub.add_parser("train", help="RLOO on one (model, dataset, mode, seed)")
+    c.add_argument("--expect", nargs="*", default=[], metavar="PATH=HASH",
+                   help="upstream outputs and the settings hash the current config gives them; a mismatch stops")
     for arg in ("--settings", "--base", "--train", "--validation", "--state-dir", "--checkpoints", "--metrics"):
         c.add_argument(arg, required=True)
     c.add_argument("--threads", type=int, default=1)
@@ -266,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_select)
 
     c = sub.add_parser("evaluate", help="one model x benchmark x inference setting")
+    c.add_argument("--expect", nargs="*", default=[], metavar="PATH=HASH",
+                   help="upstream outputs and the settings hash the current config gives them; a mismatch stops")
     c.add_argument("--settings", required=True)
     c.add_argument("--setting", required=True)
     c.add_argument("--data", required=True)
@@ -274,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_evaluate)
 
     c = sub.add_parser("evaluate-loglik", help="one model x multiple-choice benchmark: accuracy and NLL")
+    c.add_argument("--expect", nargs="*", default=[], metavar="PATH=HASH",
+                   help="upstream outputs and the settings hash the current config gives them; a mismatch stops")
     c.add_argument("--settings", required=True)
     c.add_argument("--data", required=True)
     c.add_argument("--out", required=True)
@@ -292,6 +324,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--metrics", nargs="+", required=True)
     c.add_argument("--evals", nargs="+", required=True)
     c.set_defaults(func=cmd_figures)
+
+    c = sub.add_parser("ablations", help="the appendix ablation tables and greedy-validation figures")
+    c.add_argument("--settings", required=True)
+    c.add_argument("--tables-dir", required=True)
+    c.add_argument("--figures-dir", required=True)
+    c.add_argument("--metrics", nargs="*", default=[])
+    c.add_argument("--evals", nargs="*", default=[])
+    c.set_defaults(func=cmd_ablations)
 
     c = sub.add_parser("plan", help="per-GPU memory of every training and evaluation job of a grid")
     c.add_argument("--config", default="config.yaml")

@@ -42,11 +42,43 @@ def validate_schema(config: dict, schema_path: Path = SCHEMA_PATH) -> None:
     raise ConfigError("invalid config.yaml:\n  " + "\n  ".join(lines))
 
 
+# what a grid with `reuse: X` inherits from grid X (each may be overridden; `evaluation` and `rl`
+# key by key); `training` and `ablation_tables` are the grid's own
+INHERITED = ("results", "models", "datasets", "toy_base", "memory_plan", "resources", "rl", "evaluation")
+MERGED = ("rl", "evaluation", "resources")
+
+
+def resolve_grids(config: dict) -> dict:
+    """``config`` with every ``reuse:`` grid completed from the grid it names, in place (and
+    returned). Why: an ablation grid shares its base model, data, hyper-parameters and results
+    directory with the grid whose default runs it reuses; copied by hand, one would drift and
+    Snakemake would see changed parameters and retrain the reused runs."""
+    grids = config.get("grids", {})
+    for name, grid in grids.items():
+        if not isinstance(grid, dict) or "reuse" not in grid:
+            continue
+        src_name = grid["reuse"]
+        src = grids.get(src_name)
+        if not isinstance(src, dict):
+            raise ConfigError(f"'grids.{name}.reuse': {src_name!r} is not one of grids: {', '.join(grids)}")
+        if "reuse" in src:
+            raise ConfigError(f"'grids.{name}.reuse': {src_name!r} reuses another grid itself; name that one")
+        for key in INHERITED:
+            if key not in src:
+                continue
+            if key in MERGED and isinstance(grid.get(key), dict):
+                grid[key] = {**src[key], **grid[key]}
+            else:
+                grid.setdefault(key, src[key])
+    return config
+
+
 def check_config(config: dict) -> None:
     """Schema, then the cross-references: the chosen grid exists, cells name known models and
     datasets that can train, benchmarks are datasets of the right kind with a test split."""
     from softtokens.sources import loader_kind
 
+    resolve_grids(config)
     validate_schema(config)
     grid_name = config["grid"]
     if grid_name not in config["grids"]:
@@ -71,9 +103,27 @@ def check_config(config: dict) -> None:
                 raise ConfigError(f"{where}.dataset': {cell['dataset']!r} has no training split to train on")
             if "validation_size" not in datasets[cell["dataset"]]:
                 raise ConfigError(f"'grids.{name}.datasets.{cell['dataset']}': a training set needs validation_size")
-            if (cell["model"], cell["dataset"]) in seen:
-                raise ConfigError(f"{where}': ({cell['model']}, {cell['dataset']}) appears in two cells")
-            seen.add((cell["model"], cell["dataset"]))
+            key = (cell["model"], cell["dataset"], cell.get("variant", ""))
+            if key in seen:
+                raise ConfigError(f"{where}': ({', '.join(filter(None, key))}) appears in two cells")
+            seen.add(key)
+            rl = cell_rl(config, name, cell["model"], cell["dataset"], cell.get("variant", ""))
+            if rl.get("noise_top_k", 0) and rl.get("noise_placement") != "logits":
+                raise ConfigError(f"{where}.rl.noise_top_k': top-k noise needs noise_placement: logits")
+        for table, spec in grid.get("ablation_tables", {}).items():
+            cells = {(c["model"], c["dataset"]) for c in grid["training"]}
+            if len(cells) != 1:
+                raise ConfigError(f"'grids.{name}.ablation_tables.{table}': ablation tables need the grid's "
+                                  "training cells to share one (model, dataset)")
+            arms = {f"{m}@{c['variant']}" for c in grid["training"] if c.get("variant") for m in c["modes"]}
+            for a in spec["arms"]:
+                if "@" in a and a not in arms:
+                    raise ConfigError(f"'grids.{name}.ablation_tables.{table}.arms': {a!r} is no training cell's "
+                                      f"mode@variant (have: {', '.join(sorted(arms))})")
+                if "@" not in a and "reuse" not in grid and not any(
+                        not c.get("variant") and a in c["modes"] for c in grid["training"]):
+                    raise ConfigError(f"'grids.{name}.ablation_tables.{table}.arms': default arm {a!r} needs a "
+                                      "default cell in this grid or a `reuse:` grid")
         ev = grid["evaluation"]
         for m in ev["models"]:
             if m not in models:
@@ -95,12 +145,32 @@ def check_config(config: dict) -> None:
 # the keys of `rl:` that say how a CoT is decoded; generation.cot_settings turns them into the
 # six inference settings, the training rollout setting and the validation setting
 COT_KEYS = ("hard_temperature", "soft_temperature", "fuzzy_temperature", "noise_factor")
+# where a soft / fuzzy step's noise goes (generation.Placement); they flow with the CoT keys
+PLACEMENT_KEYS = ("noise_placement", "noise_top_k")
 
 
-def cell_rl(config: dict, grid_name: str, model: str, dataset: str) -> dict:
-    """RL settings of one training cell: the paper's, the grid's overrides, the cell's overrides."""
-    cells = [c for c in config["grids"][grid_name]["training"] if (c["model"], c["dataset"]) == (model, dataset)]
-    return {**resolved_rl(config, grid_name), **(cells[0].get("rl", {}) if cells else {})}
+def cell_rl(config: dict, grid_name: str, model: str, dataset: str, variant: str = "") -> dict:
+    """RL settings of one training cell: the paper's, the grid's overrides, the (model, dataset)
+    default cell's overrides (in this grid, else in the grid it reuses), then the variant's.
+
+    Why the default cell under a variant: an ablation differs from the run it ablates in exactly
+    its own keys (gamma, tau, placement); everything else (CoT limit, micro-batch) is the default's."""
+    grid = config["grids"][grid_name]
+
+    def cell_overrides(g: dict, var: str) -> dict | None:
+        cells = [c for c in g["training"] if (c["model"], c["dataset"], c.get("variant", "")) == (model, dataset, var)]
+        return cells[0].get("rl", {}) if cells else None
+
+    default = cell_overrides(grid, "")
+    if default is None and "reuse" in grid:
+        default = cell_overrides(config["grids"][grid["reuse"]], "")
+    rl = {**resolved_rl(config, grid_name), **(default or {})}
+    if variant:
+        own = cell_overrides(grid, variant)
+        if own is None:
+            raise KeyError(f"grid {grid_name!r} has no cell ({model}, {dataset}, variant {variant!r})")
+        rl.update(own)
+    return rl
 
 
 def resolved_rl(config: dict, grid_name: str) -> dict:
@@ -112,6 +182,16 @@ SLURM_ENV = {"partition": "SOFTTOKENS_SLURM_PARTITION", "gpu_partition": "SOFTTO
              "account": "SOFTTOKENS_SLURM_ACCOUNT"}
 
 
+# Memory (MB) and time (minutes) of a job whose grid's `resources:` block does not say: on SLURM a
+# job that asks for no memory is given a whole node's and jobs then run one at a time. Generous
+# for the toy and small grids; the paper grid sets its own.
+# A training job also asks SLURM for SIGUSR1 ten minutes before its time limit: it saves its
+# resume state and exits, and the retry or requeue resumes (training.Trainer.run).
+DEFAULT_RESOURCES = {"train": {"mem_mb": 16000, "runtime": 720, "slurm_extra": "--signal=USR1@600"},
+                     "evaluate": {"mem_mb": 16000, "runtime": 240},
+                     "evaluate_loglik": {"mem_mb": 16000, "runtime": 120}, "cpu": {"mem_mb": 4000, "runtime": 60}}
+
+
 def job_resources(grid: dict, kind: str, environ: dict | None = None) -> dict:
     """Resources of one kind of job from the grid's ``resources:`` block, plus the SLURM partition
     and account from the environment, so that nothing site-specific is in the repository. GPU
@@ -119,7 +199,10 @@ def job_resources(grid: dict, kind: str, environ: dict | None = None) -> dict:
     an unset variable adds nothing (the plugin then uses the cluster's defaults), and
     ``--set-resources`` / ``--default-resources`` on the command line override all of it."""
     env = os.environ if environ is None else environ
-    res = dict(grid.get("resources", {}).get(kind, {}))
+    own = grid.get("resources", {}).get(kind, {})
+    res = {k: v for k, v in DEFAULT_RESOURCES.get(kind, {}).items()
+           if not (k == "mem_mb" and "mem_mb_per_cpu" in own)}
+    res.update(own)
     partition = (env.get(SLURM_ENV["gpu_partition"]) if res.get("gpu", 0) > 0 else None) or env.get(SLURM_ENV["partition"])
     if partition:
         res["slurm_partition"] = partition

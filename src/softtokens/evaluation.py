@@ -10,7 +10,8 @@ import torch
 from tqdm import tqdm
 
 from softtokens.data import format_prompt
-from softtokens.generation import COT, INFERENCE_SETTINGS, CotEngine, cot_settings, is_stochastic, row_seed
+from softtokens.generation import (COT, EMBEDDING, INFERENCE_SETTINGS, CotEngine, Placement, cot_settings, is_stochastic,
+                                   row_seed)
 from softtokens.metrics import entropy_profile, entropy_sums, mean_pass_at_k
 from softtokens.modeling import hub_revision, load_model, load_tokenizer, noise_scale, pick_device
 from softtokens.rewards import GRADING_TIMEOUT_S, grade
@@ -19,11 +20,12 @@ from softtokens.rewards import GRADING_TIMEOUT_S, grade
 def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: int, cot_max_tokens: int,
              answer_max_tokens: int, batch_size: int, seed: int, dtype: str = "float32",
              threads: int = 1, grading_timeout_s: float = GRADING_TIMEOUT_S, refill: bool = True,
-             cot: dict | None = None) -> dict:
+             cot: dict | None = None, placement: Placement = EMBEDDING) -> dict:
     """Greedy settings draw 1 CoT per problem, sample settings ``n_samples``; answers greedy.
     ``cot``: the config's CoT keys (config.COT_KEYS) the six settings derive from; the
-    paper's when absent. sigma follows modeling.noise_scale: the base model's E, as in the
-    model's training."""
+    paper's when absent. ``placement``: where soft / fuzzy settings put their noise (the paper's
+    input embedding unless the grid evaluates runs in their own placement). sigma follows
+    modeling.noise_scale: the base model's scales, as in the model's training."""
     torch.set_num_threads(threads)
     settings = INFERENCE_SETTINGS if cot is None else cot_settings(cot)
     if setting_name not in settings:
@@ -34,7 +36,7 @@ def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: in
     model = load_model(model_path, dtype, pick_device()).eval()
     engine = CotEngine(model, tokenizer)
     scale, sigma_source = noise_scale(model_path, model, len(tokenizer))
-    sigma = scale.sigma(setting.noise_factor)
+    sigma = scale.sigma(setting.noise_factor, placement.where)
 
     jobs = [(pi, si) for pi in range(len(rows)) for si in range(n)]
     correct = [0] * len(rows)
@@ -48,7 +50,7 @@ def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: in
     prompts = [format_prompt(rows[pi]["question"]) for pi, _ in jobs]
     seeds = [row_seed(seed, pi, si) for pi, si in jobs]
     finished = engine.stream(prompts, seeds, setting, sigma, cot_max_tokens, answer_max_tokens,
-                             answer_temperature=0.0, batch_size=batch_size, refill=refill)
+                             answer_temperature=0.0, batch_size=batch_size, refill=refill, placement=placement)
     # rows arrive as they finish (slots are refilled); every sum below is order-free, and the
     # examples are the first problems' first samples whatever the order
     example_rows = {}
@@ -75,6 +77,7 @@ def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: in
     return {
         "setting": setting_name, "model_revision": hub_revision(model), "mode": setting.mode, "temperature": setting.temperature,
         "noise_factor": setting.noise_factor, "sigma": sigma, "sigma_source": sigma_source,
+        "noise_placement": placement.where, "noise_top_k": placement.top_k,
         "embedding_scale": scale.as_dict(),
         "n_problems": len(rows), "n_samples": n,
         "pass@1": mean_pass_at_k(counts, 1),

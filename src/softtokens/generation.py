@@ -34,6 +34,7 @@ from typing import NamedTuple
 import torch
 
 from softtokens.config import COT_KEYS
+from softtokens.counter_noise import counter_normal
 from softtokens.data import PREFILL_AFTER_STOP, PREFILL_AT_LIMIT, STOP_TEXT
 from softtokens import decode_forward
 from softtokens.decode_forward import DecodeForward
@@ -52,6 +53,34 @@ class CotSetting(NamedTuple):
     mode: str            # "hard" | "soft" | "fuzzy"
     temperature: float   # CoT softmax temperature; 0 = argmax (hard greedy)
     noise_factor: float  # gamma; sigma = gamma * embedding RMS; 0 = no noise
+
+
+class Placement(NamedTuple):
+    """Where a soft / fuzzy CoT step's Gaussian noise goes (Appendix "Noise placement"; README,
+    "Noise placements"). With p = softmax(z / tau) and the next input p @ E:
+    - embedding (the paper's method): z = logits; input = p @ E + sigma N(0, I_d);
+    - hidden: z = W (h + sigma N(0, I_d)), h the final hidden state before the output head; the
+      input is the clean mixture of that noised distribution;
+    - logits: z = logits + sigma N(0, I_V); with top_k > 0, z = the k largest logits plus
+      sigma N(0, I_k), every other logit -inf (p is 0 outside the top k)."""
+
+    where: str = "embedding"
+    top_k: int = 0
+
+
+EMBEDDING = Placement()
+PLACEMENTS = ("embedding", "hidden", "logits")
+
+
+def placement_of(keys: Mapping) -> Placement:
+    """The Placement named by a config's noise_placement / noise_top_k (absent: the paper's)."""
+    where = keys.get("noise_placement", "embedding")
+    top_k = int(keys.get("noise_top_k", 0) or 0)
+    if where not in PLACEMENTS:
+        raise ValueError(f"noise_placement {where!r}: one of {', '.join(PLACEMENTS)}")
+    if top_k and where != "logits":
+        raise ValueError("noise_top_k needs noise_placement 'logits'")
+    return Placement(where, top_k)
 
 
 # the paper's values of the config keys that say how a CoT is decoded (config.COT_KEYS)
@@ -137,7 +166,9 @@ class Rollout:
     completions: list[str]              # text after the CoT: prefill + answer
     cot_texts: list[str]
     argmax_ids: torch.Tensor | None = None  # (N, S) argmax of the logits that produced each step
-
+    placement: Placement = EMBEDDING
+    row_keys: torch.Tensor | None = None    # (N,) each row's seed: the key of its counter noise (hidden, logits)
+    topk_ids: torch.Tensor | None = None    # (N, S, k) the top-k logits noised at each step (top-k placement)
 
     def rows(self, idx: slice | torch.Tensor) -> "Rollout":
         """A sub-batch (for micro-batched updates)."""
@@ -146,7 +177,8 @@ class Rollout:
         return Rollout(self.setting, self.sigma, pick(self.prompt_ids), pick(self.prompt_mask),
                        pick(self.step_ids), pick(self.step_phase), pick(self.noisy_inputs),
                        pick(self.cot_entropy), pick(self.cot_len), pick(self.stopped),
-                       [self.completions[i] for i in sel], [self.cot_texts[i] for i in sel], pick(self.argmax_ids))
+                       [self.completions[i] for i in sel], [self.cot_texts[i] for i in sel], pick(self.argmax_ids),
+                       self.placement, pick(self.row_keys), pick(self.topk_ids))
 
 
 @dataclass
@@ -226,12 +258,13 @@ class CotEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[str], setting: CotSetting, sigma: float, seeds: list[int],
-                 cot_max_tokens: int, answer_max_tokens: int, answer_temperature: float = 0.0) -> Rollout:
+                 cot_max_tokens: int, answer_max_tokens: int, answer_temperature: float = 0.0,
+                 placement: Placement = EMBEDDING) -> Rollout:
         """All rows at once, until the last one ends (training rollouts, whose B x G rows start
         together); the Rollout records every input fed, for the update pass."""
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
         run = _DecodeRun(self, setting, sigma, cot_max_tokens, answer_max_tokens, answer_temperature,
-                         slots=len(prompts), max_prompt=prompt_ids.shape[1], record_inputs=True)
+                         slots=len(prompts), max_prompt=prompt_ids.shape[1], record_inputs=True, placement=placement)
         run.admit(list(range(len(prompts))), prompt_ids, prompt_mask, seeds)
         while run.live_slots():
             run.steps(self.check_every)
@@ -240,7 +273,7 @@ class CotEngine:
     @torch.no_grad()
     def stream(self, prompts: list[str], seeds: list[int], setting: CotSetting, sigma: float, cot_max_tokens: int,
                answer_max_tokens: int, answer_temperature: float = 0.0, batch_size: int = 64,
-               refill: bool = True) -> Iterator[RowResult]:
+               refill: bool = True, placement: Placement = EMBEDDING) -> Iterator[RowResult]:
         """Decode many (prompt, seed) jobs through ``batch_size`` slots, yielding each row as it
         finishes (in finishing order; ``RowResult.job`` is its index). With ``refill`` a finished
         slot takes the next pending job at once, so the batch stays full; without it, a new wave
@@ -253,7 +286,7 @@ class CotEngine:
         lengths = [len(x) for x in self.tokenizer(prompts)["input_ids"]]
         slots = min(batch_size, len(prompts))
         run = _DecodeRun(self, setting, sigma, cot_max_tokens, answer_max_tokens, answer_temperature,
-                         slots=slots, max_prompt=max(lengths), record_inputs=False)
+                         slots=slots, max_prompt=max(lengths), record_inputs=False, placement=placement)
         self.stream_stats = {"decode_steps": 0, "slot_steps": 0, "useful_steps": 0}
         pending = list(range(len(prompts)))[::-1]
         free = list(range(slots))
@@ -283,12 +316,16 @@ class _DecodeRun:
     is allocated once and updated in place (a captured CUDA graph replays on fixed addresses)."""
 
     def __init__(self, engine: CotEngine, setting: CotSetting, sigma: float, cot_max: int, answer_max: int,
-                 answer_temperature: float, slots: int, max_prompt: int, record_inputs: bool):
+                 answer_temperature: float, slots: int, max_prompt: int, record_inputs: bool,
+                 placement: Placement = EMBEDDING):
         model = engine.model
         self.engine, self.model, self.setting, self.sigma = engine, model, setting, sigma
         self.cot_max, self.answer_max, self.answer_temperature = cot_max, answer_max, answer_temperature
         self.continuous = setting.mode in CONTINUOUS_MODES
+        self.placement = placement if self.continuous else EMBEDDING
         self.noisy = self.continuous and sigma > 0
+        # embedding noise is drawn per row at admission; the other placements' is counter noise
+        self.noisy_embedding = self.noisy and self.placement.where == "embedding"
         dev = self.dev = model.device
         emb = model.get_input_embeddings()
         self.compute_dtype = emb.weight.dtype
@@ -312,7 +349,10 @@ class _DecodeRun:
         self.logits = torch.zeros(slots, vocab, dtype=self.W32.dtype, device=dev)
         self.u_cot = torch.zeros(slots, cot_max, device=dev)
         self.u_ans = torch.zeros(slots, answer_max, device=dev)
-        self.eps = torch.zeros(slots, cot_max, dim, device=dev) if self.noisy else None
+        self.eps = torch.zeros(slots, cot_max, dim, device=dev) if self.noisy_embedding else None
+        self.row_keys = torch.zeros(slots, **long)  # each row's seed: its counter-noise key
+        # the final hidden state that produced the current logits (hidden placement)
+        self.hidden = torch.zeros(slots, dim, dtype=self.W32.dtype, device=dev) if self.placement.where == "hidden" else None
         # per-step records; column S is where finished rows write (discarded)
         self.out_ids = torch.full((slots, S + 1), engine.pad_id, **long)
         self.out_phase = torch.full((slots, S + 1), DONE, dtype=torch.int8, device=dev)
@@ -320,6 +360,8 @@ class _DecodeRun:
         self.out_entropy = torch.zeros(slots, S + 1, device=dev)
         self.out_inputs = (torch.zeros(slots, S + 1, dim, dtype=self.W32.dtype, device=dev)
                            if record_inputs and self.continuous else None)
+        k = self.placement.top_k
+        self.out_topk = torch.zeros(slots, S + 1, k, **long) if record_inputs and k else None
         # constants of the state machine
         queues = [engine.prefill_stop, engine.prefill_limit]
         width = max(map(len, queues))
@@ -352,9 +394,13 @@ class _DecodeRun:
                                 position_ids=pos, past_key_values=self.cache, use_cache=True)
         self.cache.end_prefill(real)
         self.logits[idx] = output_logits(self.model, hidden[:, -1], weight=self.W32)
-        u_cot, u_ans, eps = self.engine._row_randomness(seeds, self.cot_max, self.answer_max, self.dim, self.noisy)
+        if self.hidden is not None:
+            self.hidden[idx] = hidden[:, -1].to(self.hidden.dtype)
+        u_cot, u_ans, eps = self.engine._row_randomness(seeds, self.cot_max, self.answer_max, self.dim,
+                                                        self.noisy_embedding)
         self.u_cot[idx], self.u_ans[idx] = u_cot, u_ans
-        if self.noisy:
+        self.row_keys[idx] = torch.tensor([int(s) for s in seeds], dtype=torch.long, device=dev)
+        if self.noisy_embedding:
             self.eps[idx] = eps
         self.phase[idx] = COT
         for t in (self.cot_pos, self.ans_pos, self.queue_pos, self.queue_kind, self.stop_state, self.step_count):
@@ -366,6 +412,8 @@ class _DecodeRun:
         self.out_entropy[idx] = 0.0
         if self.out_inputs is not None:
             self.out_inputs[idx] = 0.0
+        if self.out_topk is not None:
+            self.out_topk[idx] = 0
         for s, r in zip(slots, real.tolist()):
             self._length_bound[s] = r
         self._live_host[slots] = True
@@ -431,11 +479,16 @@ class _DecodeRun:
         else:
             tok = torch.where(is_ans, argmax if self.answer_temperature == 0
                               else sample_tokens(logits, self.answer_temperature, u_ans), tok)
-        if self.continuous:
+        topk_ids = None
+        if self.continuous and self.placement.where == "embedding":
             mix = probs_at_temperature(logits, self.setting.temperature).to(self.E32.dtype) @ self.E32
             if self.noisy:
                 mix = mix + self.sigma * self.eps[rows, cot_idx]
             tok = torch.where(is_cot, argmax, tok)
+        elif self.continuous:
+            noised, topk_ids = self._noised_logits(logits, cot_idx)
+            mix = probs_at_temperature(noised, self.setting.temperature).to(self.E32.dtype) @ self.E32
+            tok = torch.where(is_cot, noised.argmax(-1), tok)  # the shadow token: the noised distribution's mode
         elif self.setting.temperature != self.answer_temperature:
             tok = torch.where(is_cot, argmax if self.setting.temperature == 0
                               else sample_tokens(logits, self.setting.temperature, self.u_cot[rows, cot_idx]), tok)
@@ -451,6 +504,8 @@ class _DecodeRun:
         self.out_entropy.view(-1).index_copy_(0, flat, torch.where(is_cot, entropy_from_logits(logits), 0.0))
         if self.out_inputs is not None:
             self.out_inputs.view(-1, self.dim).index_copy_(0, flat, torch.where(is_cot.unsqueeze(-1), mix, 0.0))
+        if self.out_topk is not None:
+            self.out_topk.view(-1, self.placement.top_k).index_copy_(0, flat, topk_ids)
         self.step_count += live
 
         # the state machine (module docstring), every row at once
@@ -476,7 +531,28 @@ class _DecodeRun:
             hidden = decoder_hidden(self.model, inputs_embeds=x.unsqueeze(1), attention_mask=cache.decode_mask(x.dtype),
                                     position_ids=cache.lengths.unsqueeze(1), past_key_values=cache, use_cache=True)[:, -1]
         logits.copy_(output_logits(self.model, hidden, weight=self.W32))
+        if self.hidden is not None:
+            self.hidden.copy_(hidden.to(self.hidden.dtype))
         cache.lengths += live
+
+    def _noised_logits(self, logits: torch.Tensor, cot_idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The logits a hidden- or logits-placed CoT step mixes (Placement), and the top-k ids
+        (top-k placement). The noise of row i at CoT step t is counter_normal(seed_i, t): the
+        update pass draws it again instead of storing it."""
+        where, k = self.placement
+        if where == "hidden":
+            h = self.hidden
+            if self.noisy:
+                h = h + self.sigma * counter_normal(self.row_keys, cot_idx, self.dim)
+            return output_logits(self.model, h, weight=self.W32), None
+        if k:
+            values, ids = logits.topk(k, dim=-1)
+            if self.noisy:
+                values = values + self.sigma * counter_normal(self.row_keys, cot_idx, k)
+            return torch.full_like(logits, float("-inf")).scatter(-1, ids, values), ids
+        if self.noisy:
+            return logits + self.sigma * counter_normal(self.row_keys, cot_idx, logits.shape[-1]), None
+        return logits, None
 
     # ---------------------------------------------------------------- results
     def harvest(self, slots: list[int]) -> list[RowResult]:
@@ -502,7 +578,9 @@ class _DecodeRun:
                        noisy_inputs=None if self.out_inputs is None else self.out_inputs[:, :used].clone(),
                        cot_entropy=self.out_entropy[:, :used].clone(), cot_len=self.cot_pos.cpu(),
                        stopped=self.stopped.cpu(), completions=[c for c, _ in texts], cot_texts=[t for _, t in texts],
-                       argmax_ids=self.out_argmax[:, :used].clone())
+                       argmax_ids=self.out_argmax[:, :used].clone(), placement=self.placement,
+                       row_keys=self.row_keys.clone(),
+                       topk_ids=None if self.out_topk is None else self.out_topk[:, :used].clone())
 
 
 def _texts(tokenizer, ids: list[list[int]], phases: list[list[int]]) -> list[tuple[str, str]]:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from softtokens.paths import eval_run
+
 LEDGER_COLUMNS = ["job", "rule", "wall_s", "cpu_s", "max_rss_mb", "gpus", "gpu_hours", "cpu_hours"]
 
 
@@ -57,7 +59,7 @@ def upstream_jobs(eval_path: str | Path, keys: dict, has_toy_base: bool = True) 
             else [f"evaluate/{model}/{trained}/{bench}/{p.stem}"])
     jobs += [f"prepare_data/{bench}", f"prepare_benchmark/{bench}"]
     if keys["train_mode"] != "none":
-        run = f"{model}/{keys['train_dataset']}/{keys['train_mode']}/seed{keys['seed']}"
+        run = eval_run(keys).wildcards
         jobs += [f"train/{run}", f"select/{run}", f"prepare_data/{keys['train_dataset']}"]
     if has_toy_base:
         jobs.append(f"build_toy_base/{model}")

@@ -29,12 +29,33 @@ class EmbeddingScale:
     rms_coordinate: float
     rows: int
     dim: int
+    # the scales of the other noise placements (README, "Noise placements"); None in states saved
+    # before they existed, which only embedding runs can have
+    final_norm_rms: float | None = None   # RMS of the final norm's weight g: a normed hidden state's RMS
+    head_rms_coordinate: float | None = None  # sqrt(mean_ij W_ij^2) of the output projection
 
-    def sigma(self, noise_factor: float) -> float:
-        return noise_factor * self.rms_coordinate
+    def sigma(self, noise_factor: float, placement: str = "embedding") -> float:
+        """sigma of the Gaussian noise for a placement (gamma = noise_factor):
+        - embedding: gamma * RMS coordinate of E (the paper's rule, read as above);
+        - hidden: gamma * RMS(g), g the final norm's weight: the final hidden state is RMS-normed
+          then scaled by g, so RMS(g) is its per-coordinate RMS, as RMS(E) is the embeddings';
+        - logits: the hidden rule carried through the head, made isotropic: sigma_hidden x sqrt(d) x
+          RMS(W) is the std that hidden noise induces on a typical logit (a row of W has norm
+          ~ sqrt(d) RMS(W)). Top-k noise uses the same sigma on its k logits."""
+        if placement == "embedding":
+            return noise_factor * self.rms_coordinate
+        if self.final_norm_rms is None or self.head_rms_coordinate is None:
+            raise ValueError(f"noise placement {placement!r} needs the final norm and output head scales; this "
+                             "embedding scale was recorded without them")
+        if placement == "hidden":
+            return noise_factor * self.final_norm_rms
+        if placement == "logits":
+            return noise_factor * self.final_norm_rms * self.dim ** 0.5 * self.head_rms_coordinate
+        raise ValueError(f"unknown noise placement {placement!r}")
 
     def as_dict(self) -> dict:
-        return {"rms_norm": self.rms_norm, "rms_coordinate": self.rms_coordinate, "rows": self.rows, "dim": self.dim}
+        return {"rms_norm": self.rms_norm, "rms_coordinate": self.rms_coordinate, "rows": self.rows, "dim": self.dim,
+                "final_norm_rms": self.final_norm_rms, "head_rms_coordinate": self.head_rms_coordinate}
 
 
 @torch.no_grad()
@@ -43,8 +64,13 @@ def embedding_scale(model, vocab_rows: int | None = None) -> EmbeddingScale:
     emb = model.get_input_embeddings().weight
     rows = emb[: vocab_rows or emb.shape[0]].float()
     ms_norm = rows.pow(2).sum(-1).mean().item()
+    head = model.get_output_embeddings().weight[: rows.shape[0]].float()
+    norm = getattr(model.get_decoder(), "norm", None)
+    norm_w = getattr(norm, "weight", None)
     return EmbeddingScale(rms_norm=ms_norm ** 0.5, rms_coordinate=(ms_norm / rows.shape[1]) ** 0.5,
-                          rows=rows.shape[0], dim=rows.shape[1])
+                          rows=rows.shape[0], dim=rows.shape[1],
+                          final_norm_rms=None if norm_w is None else norm_w.float().pow(2).mean().sqrt().item(),
+                          head_rms_coordinate=head.pow(2).mean().sqrt().item())
 
 
 def noise_scale(model_path: str | Path, model, vocab_rows: int | None = None) -> tuple[EmbeddingScale, str]:
@@ -66,7 +92,11 @@ def noise_scale(model_path: str | Path, model, vocab_rows: int | None = None) ->
 def load_tokenizer(name_or_path: str):
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(name_or_path)
+    try:
+        tok = AutoTokenizer.from_pretrained(name_or_path)
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"cannot load the tokenizer of {str(name_or_path)!r}: {err}. A hub id needs the network "
+                             "or a filled HF cache; set the model's `source:` to a local directory otherwise.") from None
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -78,8 +108,17 @@ def load_model(name_or_path: str | Path, dtype: str = "float32", device: str | t
     written by save_pretrained; the toy base and every checkpoint load through here."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=DTYPES[dtype])
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=DTYPES[dtype])
+    except OSError as err:  # a missing or unreadable directory, an id the hub cannot serve (offline)
+        raise ModelLoadError(f"cannot load the model {str(name_or_path)!r}: {err}. A hub id needs the network or "
+                             "a filled HF cache (HF_HOME); on a node without internet, set the model's `source:` in "
+                             "config.yaml to a local directory written by save_pretrained.") from None
     return model.to(device)
+
+
+class ModelLoadError(OSError):
+    """A base model or checkpoint that cannot be read: the message names it and what to do."""
 
 
 def check_plain_output_head(model) -> None:

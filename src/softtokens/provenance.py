@@ -162,9 +162,11 @@ class Provenance:
     """Collects one node's provenance while it runs; ``record()`` is called when it ends."""
 
     def __init__(self, stage: str, config: Any, inputs: dict[str, str | os.PathLike] | None = None,
-                 seeds: dict | None = None):
+                 seeds: dict | None = None, params: Any = None):
         self.stage = stage
         self.config = config
+        # the settings exactly as the rule passed them: a downstream job checks it (check_expected)
+        self.params_hash = None if params is None else config_hash(params)
         self.seeds = seeds or {}
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.inputs = {name: {"path": _rel(p), "sha256": sha256_path(p)} for name, p in (inputs or {}).items()
@@ -185,6 +187,7 @@ class Provenance:
             **_git_state(),
             "config": self.config,
             "config_hash": config_hash(self.config),
+            "params_hash": self.params_hash,
             "inputs": self.inputs,
             "external_inputs": self.external,
             "seeds": self.seeds,
@@ -212,6 +215,29 @@ class Provenance:
 def sidecar_path(path: str | os.PathLike) -> Path:
     path = Path(path)
     return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
+class StaleInput(RuntimeError):
+    """An upstream output was made from other settings than the current config gives it."""
+
+
+def check_expected(expected: list[str]) -> None:
+    """Refuse upstream outputs made from other settings than the current config's. ``expected``:
+    'PATH=HASH' items, HASH the config_hash of the settings the workflow would give the job that
+    makes PATH now. Why: Snakemake remakes an output whose rule parameters changed only if its
+    metadata survived; after an interrupted run it may not have, and a stale base model or data
+    set was once reused silently."""
+    for item in expected:
+        path, _, want = item.rpartition("=")
+        rec = read_record(path)
+        if rec is None:
+            raise StaleInput(f"{path} has no provenance record: it cannot be checked against the current config; "
+                             "remake it (snakemake --forcerun on the rule that makes it, or delete it)")
+        got = rec.get("params_hash")
+        if got != want:
+            raise StaleInput(
+                f"{path} was made by {rec.get('stage')} with settings {got}, but the current config gives "
+                f"{want}: it is stale. Remake it: `snakemake --forcerun {rec.get('stage')}` (or delete it and rerun)")
 
 
 def read_record(path: str | os.PathLike) -> dict | None:

@@ -11,22 +11,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from softtokens.paths import parse_eval_path, parse_run_path
 from softtokens.provenance import Provenance, atomic_path, write_text
 
 SETTING_ORDER = ["hard_greedy", "hard_sample", "fuzzy_greedy", "fuzzy_sample", "soft_greedy", "soft_sample"]
 MODE_ORDER = ["none", "hard", "fuzzy", "soft"]
 
 
-def parse_eval_path(path: Path) -> dict:
-    """.../eval/{model}/{trained}/{benchmark}/{setting}.json -> its keys."""
-    setting, benchmark, trained, model = path.stem, path.parent.name, path.parent.parent.name, path.parent.parent.parent.name
-    if trained == "base":
-        dataset, mode, seed = "none", "none", 0
-    else:
-        dataset, mode, seed_s = trained.rsplit("-", 2)
-        seed = int(seed_s.removeprefix("seed"))
-    return {"model": model, "train_dataset": dataset, "train_mode": mode, "seed": seed,
-            "benchmark": benchmark, "setting": setting}
+def main_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """The paper's main cells (default variant): Table 1, the appendix and OOD tables and the
+    per-run figures show these; ablation variants have tables of their own (ablations.py)."""
+    return df[df["variant"] == ""] if "variant" in df else df
 
 
 def _below_base(result: dict) -> bool:
@@ -183,9 +178,9 @@ def write_tables(eval_paths: list[Path], out_dir: Path, settings: dict) -> None:
     prov = Provenance("tables", settings, inputs={p.as_posix(): p for p in eval_paths})
     loglik_paths = [p for p in eval_paths if p.stem == "loglik"]
     if loglik_paths:
-        ood = load_loglik_frame(loglik_paths)
+        ood = main_cells(load_loglik_frame(loglik_paths))
         write_table(ood_table(ood), out_dir, "ood", OOD_CAPTION + below_base_note(ood), prov)
-    df = load_eval_frame([p for p in eval_paths if p.stem != "loglik"])
+    df = main_cells(load_eval_frame([p for p in eval_paths if p.stem != "loglik"]))
     note = below_base_note(df)
     caption = ("Hard inference (CoT greedy tau=0 / sampled tau=1, answers greedy): pass@1 and pass@n in %, "
                "mean ± std over seeds (sample std)." + note)
@@ -222,13 +217,6 @@ def _legend_outside(ax, title: str = "training") -> None:
                   borderaxespad=0)
 
 
-def parse_run_path(path: Path) -> dict:
-    """.../runs/{model}/{dataset}/{mode}/seed{seed}/metrics.jsonl -> its keys."""
-    seed_dir = path.parent
-    return {"model": seed_dir.parent.parent.parent.name, "train_dataset": seed_dir.parent.parent.name,
-            "train_mode": seed_dir.parent.name, "seed": int(seed_dir.name.removeprefix("seed"))}
-
-
 def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Path, settings: dict) -> None:
     import matplotlib
 
@@ -242,6 +230,8 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
     rows = []
     for p in metrics_paths:
         keys = parse_run_path(p)
+        if keys["variant"]:
+            continue
         for line in p.read_text().splitlines():
             m = json.loads(line)
             rows.append({**keys, **m})
@@ -268,7 +258,7 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
         _save_fig(fig, out_dir / f"training_{model}_{dataset}.png", prov)
         plt.close(fig)
 
-    evals = [(parse_eval_path(p), json.loads(p.read_text())) for p in eval_paths]
+    evals = [(keys, json.loads(p.read_text())) for p in eval_paths if not (keys := parse_eval_path(p))["variant"]]
     palette = MODE_COLOURS
     points = pd.DataFrame([{**keys, "k": int(k), "pass@k (%)": 100 * v}
                            for keys, res in evals for k, v in res["pass@k"].items()])

@@ -37,7 +37,7 @@ def seed_rows(eval_paths: list[Path]) -> pd.DataFrame:
     (``loglik.json``) give accuracy (the paper files it under hard_greedy) and nll_correct
     (setting ``loglik``)."""
     paths = [Path(p) for p in eval_paths]
-    keys = ["model", "train_dataset", "train_mode", "benchmark", "seed", "path"]
+    keys = ["model", "train_dataset", "train_mode", "variant", "benchmark", "seed", "path"]
     parts = []
     math = [p for p in paths if p.stem != "loglik"]
     if math:
@@ -55,7 +55,6 @@ def seed_rows(eval_paths: list[Path]) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=columns)
     out = pd.concat(parts, ignore_index=True)
-    out["variant"] = ""  # the paper's main cells; ablation variants are not in the layout yet
     return out[columns]
 
 

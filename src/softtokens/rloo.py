@@ -5,6 +5,15 @@ The per-sequence log-probability of a rollout is a sum over its sampled steps:
 - a soft / fuzzy CoT input h~_t: log N(h~_t; h0_t, sigma^2 I) = -||h~_t - h0_t||^2 / (2 sigma^2) + cst,
   with h0_t = softmax(logits_{t-1} / tau) @ E recomputed with gradients (eq. in Section 3).
 Prefill tokens are forced, not sampled, so they carry no term.
+
+The other noise placements (generation.Placement; README, "Noise placements") put the Gaussian
+on another quantity m_t, whose density term replaces the embedding's: the final hidden state
+(m = h_t, d dims), the logits (m = W h_t, V dims) or the top-k logits (m = the rollout's k ids
+gathered from W h_t, k dims). Their noise is counter noise, drawn again here rather than stored,
+and the noised value is sg(m_t) + sigma eps_t: the replay's own mean stands for the rollout's
+(they agree to the replay check's argmax test). The term's value is then -||eps||^2 / 2 and its
+gradient eps . dm/dtheta / sigma, the score of the rollout's noise. What the noised value fed next
+(the mixture p @ E) is a recorded constant, as every input is.
 """
 
 from __future__ import annotations
@@ -107,21 +116,43 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
         hi = min(lo + LOGIT_CHUNK_STEPS, steps)
         args = (h[:, lo:hi], W32, E32, rollout.step_ids[:, lo:hi], is_cot[:, lo:hi], is_answer[:, lo:hi],
                 None if not continuous else rollout.noisy_inputs[:, lo:hi],
-                None if rollout.argmax_ids is None else rollout.argmax_ids[:, lo:hi])
-        kw = dict(setting=setting, sigma=sigma, answer_temperature=answer_temperature, gaussian_scale=gaussian_scale)
+                None if rollout.argmax_ids is None else rollout.argmax_ids[:, lo:hi],
+                None if rollout.topk_ids is None else rollout.topk_ids[:, lo:hi],
+                None if rollout.row_keys is None else rollout.row_keys.to(h.device))
+        kw = dict(setting=setting, sigma=sigma, answer_temperature=answer_temperature, gaussian_scale=gaussian_scale,
+                  placement=rollout.placement if continuous else None, first_step=lo)
         if recompute:
             parts.append(checkpoint(_chunk_terms, *args, use_reentrant=False, **kw))
         else:
             parts.append(_chunk_terms(*args, **kw))
     cot_lp = sum(p[0] for p in parts)
     answer_lp = sum(p[1] for p in parts)
-    residual_sum = float(sum(p[2] for p in parts)) * (-2.0 / hidden.shape[-1]) if continuous else 0.0
+    embedding_noise = continuous and rollout.placement.where == "embedding"
+    residual_sum = float(sum(p[2] for p in parts)) * (-2.0 / hidden.shape[-1]) if embedding_noise else 0.0
     mismatches = int(sum(p[3] for p in parts)) if rollout.argmax_ids is not None else 0
     return Replay(cot_lp, answer_lp, residual_sum, mismatches, int(is_cot.sum().item()))
 
 
-def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, *, setting, sigma, answer_temperature,
-                 gaussian_scale):
+def placement_gaussian(h, logits, placement, sigma: float, row_keys, topk_ids, first_step: int) -> torch.Tensor:
+    """(N, C) Gaussian log-density of the CoT steps first_step.. of a chunk under a hidden or logits
+    placement (module docstring): the noised value sg(m) + sigma eps around the replay's m, eps the
+    rollout's counter noise of (row seed, CoT step). Steps that are not CoT steps are masked by the caller."""
+    from softtokens.counter_noise import counter_normal
+
+    n, c = h.shape[:2]
+    if placement.where == "hidden":
+        mean = _float(h)
+    elif placement.top_k:
+        mean = logits.gather(-1, topk_ids)
+    else:
+        mean = logits
+    steps = torch.arange(first_step, first_step + c, device=h.device).expand(n, c)
+    eps = counter_normal(row_keys.unsqueeze(1).expand(n, c), steps, mean.shape[-1]).to(mean.dtype)
+    return gaussian_log_prob(mean.detach() + sigma * eps, mean, sigma)
+
+
+def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, topk_ids, row_keys, *, setting, sigma,
+                 answer_temperature, gaussian_scale, placement, first_step):
     """(CoT log-prob, answer log-prob, sum of Gaussian terms, argmax mismatches) of a chunk of steps."""
     from softtokens.generation import CONTINUOUS_MODES
     from softtokens.modeling import output_logits
@@ -130,7 +161,10 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, *,
     answer_terms = token_log_prob(logits, step_ids, answer_temperature)
     answer_lp = torch.where(is_answer, answer_terms, 0.0).sum(-1)
     gauss_sum = logits.new_zeros(())
-    if setting.mode in CONTINUOUS_MODES:
+    if setting.mode in CONTINUOUS_MODES and placement.where != "embedding":
+        gauss = placement_gaussian(h, logits, placement, sigma, row_keys, topk_ids, first_step)
+        cot_terms = gaussian_scale * gauss
+    elif setting.mode in CONTINUOUS_MODES:
         probs = torch.softmax(_float(logits) / setting.temperature, dim=-1)
         gauss = gaussian_log_prob(noisy, probs @ E32, sigma)  # around h0 = softmax(logits / tau) @ E
         cot_terms = gaussian_scale * gauss

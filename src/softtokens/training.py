@@ -19,6 +19,9 @@ import math
 import os
 import random
 import shutil
+import signal
+import socket
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,7 +32,8 @@ from tqdm import tqdm
 from softtokens.config import COT_KEYS
 from softtokens.data import format_prompt
 from softtokens.distributed import DataParallel
-from softtokens.generation import PAPER_COT, CotEngine, CotSetting, cot_settings, row_seed
+from softtokens.generation import (EMBEDDING, PAPER_COT, CotEngine, CotSetting, Placement, cot_settings, placement_of,
+                                   row_seed)
 from softtokens.modeling import EmbeddingScale, hub_revision, load_model, load_tokenizer, noise_scale
 from softtokens.provenance import atomic_dir, write_jsonl
 from softtokens.rewards import GRADING_TIMEOUT_S, grade, reward_of_grade
@@ -44,6 +48,18 @@ REPLAY_ARGMAX_MISMATCH_MAX = 0.05
 
 class ReplayMismatch(RuntimeError):
     """The update pass does not see the rollout it is meant to score."""
+
+
+class NonFiniteUpdate(RuntimeError):
+    """A step's loss or gradient is NaN or infinite: the update is not applied."""
+
+
+class Interrupted(RuntimeError):
+    """SIGTERM / SIGUSR1 (SLURM's time-limit warning, a preemption, scancel): the resume state was
+    saved and the job exits non-zero, so Snakemake's retry or SLURM's requeue resumes it."""
+
+
+STOP_SIGNALS = ("SIGTERM", "SIGUSR1")
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,8 @@ class TrainConfig:
     soft_temperature: float = PAPER_COT["soft_temperature"]    # the paper's values, from one place
     fuzzy_temperature: float = PAPER_COT["fuzzy_temperature"]
     noise_factor: float = PAPER_COT["noise_factor"]            # gamma
+    noise_placement: str = "embedding"  # embedding (the paper's) | hidden | logits (generation.Placement)
+    noise_top_k: int = 0                # logits placement: noise on the k largest logits, the rest -inf
     answer_temperature: float = 1.0
     val_every: int = 50
     val_size: int = 500
@@ -82,6 +100,7 @@ class TrainConfig:
     optimizer: str = "adamw"
     gaussian_normalization: str = "sum"  # "sum": the paper's log-density; "mean_dim": divided by d
     grading_timeout_s: float = GRADING_TIMEOUT_S  # per graded answer; past it the answer is wrong
+    resume_save_minutes: float = 10.0  # also save the resume state this often (0: after every step)
     replay_residual_max: float = REPLAY_RESIDUAL_MAX      # stop above (README, "Replay consistency")
     replay_argmax_mismatch_max: float = REPLAY_ARGMAX_MISMATCH_MAX
 
@@ -99,11 +118,39 @@ class TrainConfig:
         return cot_settings({k: getattr(self, k) for k in COT_KEYS})[f"{self.mode}_sample"]
 
     @property
+    def placement(self) -> Placement:
+        """Where a soft / fuzzy rollout's noise goes; greedy validation uses it too (top-k keeps its
+        restriction without noise)."""
+        return placement_of({"noise_placement": self.noise_placement, "noise_top_k": self.noise_top_k})
+
+    @property
     def validation_setting(self) -> CotSetting:
         """Greedy validation: the mode's *_greedy setting (hard CoT at tau = 0, or the run's
         soft/fuzzy CoT without noise)."""
         return cot_settings({k: getattr(self, k) for k in COT_KEYS})[f"{self.mode}_greedy"]
 
+
+
+NOISED = {"embedding": "the next input h~ = softmax(logits / tau) @ E + sigma eps",
+          "hidden": "the final hidden state h before the output head; the next input is softmax(W h~ / tau) @ E",
+          "logits": "the logits before the softmax at tau; the next input is softmax(logits~ / tau) @ E"}
+SIGMA_RULE = {"embedding": "gamma x RMS coordinate of the base model's E",
+              "hidden": "gamma x RMS of the base model's final norm weight (a normed hidden state's RMS)",
+              "logits": "gamma x RMS(final norm weight) x sqrt(d) x RMS coordinate of the output head W"}
+
+
+def noise_record(cfg: TrainConfig, scale, sigma: float, vocab_rows: int) -> dict:
+    """What a run's Gaussian noise is, for its checkpoints and provenance (README, "Noise
+    placements"): what is noised, sigma and its rule, and the density in the loss."""
+    where, k = cfg.placement
+    if cfg.mode == "hard":
+        return {"placement": None, "dims": 1, "density": "token log-probability at the hard temperature"}
+    dims = {"embedding": scale.dim, "hidden": scale.dim, "logits": k or vocab_rows}[where]
+    noised = NOISED[where] + (f"; only the {k} largest logits are kept and noised, the rest -inf" if k else "")
+    return {"placement": where, "top_k": k, "noised": noised, "sigma": sigma, "sigma_rule": SIGMA_RULE[where],
+            "gamma": cfg.noise_factor, "dims": dims,
+            "density": f"log N(noised; replayed mean, sigma^2 I_{dims}) = -||noised - mean||^2 / (2 sigma^2)"
+                       + ("" if cfg.gaussian_normalization == "sum" else f", divided by {dims}")}
 
 
 def lr_lambda(cfg: TrainConfig):
@@ -118,11 +165,13 @@ def lr_lambda(cfg: TrainConfig):
 
 @torch.no_grad()
 def greedy_correct(engine: CotEngine, rows: list[dict], setting: CotSetting, cot_max: int,
-                   answer_max: int, batch_size: int = 256, timeout_s: float = GRADING_TIMEOUT_S) -> int:
+                   answer_max: int, batch_size: int = 256, timeout_s: float = GRADING_TIMEOUT_S,
+                   placement: Placement = EMBEDDING) -> int:
     """Number of rows answered correctly with a noise-free CoT and a greedy answer (the paper's
     greedy validation: no Gaussian noise, so sigma plays no part)."""
     prompts = [format_prompt(r["question"]) for r in rows]
-    finished = engine.stream(prompts, [0] * len(rows), setting, 0.0, cot_max, answer_max, batch_size=batch_size)
+    finished = engine.stream(prompts, [0] * len(rows), setting, 0.0, cot_max, answer_max, batch_size=batch_size,
+                             placement=placement)
     return sum(grade(row.completion, rows[row.job]["answer"], timeout_s).correct for row in finished)
 
 
@@ -146,7 +195,9 @@ class Trainer:
         self.tokenizer = load_tokenizer(base_model)
         latest = self.state_dir / "latest"
         recover_dir(latest)
+        recover_dir(self.state_dir / "best")
         self.start_step = 0
+        self._discard_unusable_resume_state()
         resumed = (latest / "trainer_state.json").exists()
         state = json.loads((latest / "trainer_state.json").read_text()) if resumed else {}
         # master weights: every process reads the full model on CPU; FSDP keeps its shard on the device
@@ -158,16 +209,19 @@ class Trainer:
         self.scale = EmbeddingScale(**state["embedding_scale"]) if resumed \
             else noise_scale(base_model, master, len(self.tokenizer))[0]
         self.embedding_scale = self.scale.as_dict()
-        self.sigma = self.scale.sigma(cfg.cot_setting.noise_factor)  # 0 for hard runs
+        self.sigma = self.scale.sigma(cfg.cot_setting.noise_factor, cfg.placement.where)  # 0 for hard runs
+        self.noise = noise_record(cfg, self.scale, self.sigma, len(self.tokenizer))
         self.rollout_model = rollout_copy(master, cfg.compute_dtype, self.device)
         self.engine = CotEngine(self.rollout_model, self.tokenizer)
         self.policy = shard_policy(master, self.dp.mesh, cfg.compute_dtype, cfg.param_dtype,
                                    cfg.activation_checkpointing)
-        self.gaussian_scale = 1.0 / self.scale.dim if cfg.gaussian_normalization == "mean_dim" else 1.0
+        self.gaussian_scale = 1.0 / self.noise["dims"] if cfg.gaussian_normalization == "mean_dim" else 1.0
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                      eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
         self.metrics: list[dict] = []
+        self.stop_signal: str | None = None  # set by a STOP_SIGNALS handler (run)
+        self.last_save = time.time()
         self.best_val = -1.0   # best greedy validation among trained steps (>= 1)
         self.base_val = None   # greedy validation of the base model (step 0)
         if resumed:
@@ -180,6 +234,28 @@ class Trainer:
             # the best trained step so far; state saved by a version that let step 0 be 'best' is ignored
             self.best_val = max((m["val_greedy_accuracy"] for m in self.metrics
                                  if m["kind"] == "validation" and m["step"] >= 1), default=-1.0)
+
+    def _discard_unusable_resume_state(self) -> None:
+        """A resume state with a missing, truncated or unreadable file is moved aside, never loaded:
+        the run starts again from step 0 (it is deterministic, so it ends where it would have)."""
+        problem = None
+        if (self.state_dir / "latest").exists():
+            problem = resume_state_problem(self.state_dir / "latest")
+            best = self.state_dir / "best"
+            if problem is None and best.exists():
+                problem = resume_state_problem(best)
+            elif problem is None and json.loads((self.state_dir / "latest" / "trainer_state.json").read_text()).get(
+                    "best_val", -1.0) >= 0:
+                problem = f"{best} is missing, but latest says a best checkpoint was saved"
+        if problem is None:
+            return
+        self.dp.barrier()
+        if self.dp.is_main:
+            aside = self.state_dir.with_name(f"{self.state_dir.name}.unusable-{time.strftime('%Y%m%d-%H%M%S')}")
+            shutil.move(str(self.state_dir), str(aside))
+            print(f"WARNING: resume state not used ({problem}); moved to {aside}; starting again from step 0",
+                  flush=True)
+        self.dp.barrier()
 
     # ------------------------------------------------------------ one step
     def prompts_for_step(self, step: int) -> list[dict]:
@@ -196,7 +272,7 @@ class Trainer:
         n = len(prompts)
         mine = self.dp.shard(n)  # this process's rows (all of them with one process)
         rollout = self.engine.generate(prompts[mine], cfg.cot_setting, self.sigma, seeds[mine], cfg.cot_max_tokens,
-                                       cfg.answer_max_tokens, cfg.answer_temperature)
+                                       cfg.answer_max_tokens, cfg.answer_temperature, placement=cfg.placement)
         t1 = time.time()
         graded = [grade(c, g, cfg.grading_timeout_s) for c, g in zip(rollout.completions, golds[mine])]
         my_rewards = torch.tensor([reward_of_grade(g, cfg.reward_correct, cfg.reward_boxed_wrong, cfg.reward_no_box)
@@ -224,6 +300,14 @@ class Trainer:
         replay_stats = self._check_replay(step, residual_sum, mismatches, cot_steps)  # before the update
         grad_norm = torch.nn.utils.clip_grad_norm_(list(self.policy.parameters()),
                                                    cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+        (total_loss,) = self.dp.sum([loss_sum])
+        if not (math.isfinite(total_loss) and math.isfinite(_scalar(grad_norm))):
+            self.opt.zero_grad(set_to_none=True)
+            cause = "the loss" if not math.isfinite(total_loss) else "the gradient norm"
+            raise NonFiniteUpdate(
+                f"step {step + 1}: {cause} is not finite (loss {total_loss}, gradient norm {_scalar(grad_norm)}); "
+                f"the update was not applied. The last good state is {self.state_dir / 'latest'} "
+                f"(step {self._saved_step()}); see README, 'Reliability'.")
         self.opt.step()
         self.sched.step()
         self.opt.zero_grad(set_to_none=True)
@@ -278,7 +362,8 @@ class Trainer:
     def validate(self, step: int) -> dict:
         mine = self.val_rows[self.dp.shard(len(self.val_rows))]
         correct = greedy_correct(self.engine, mine, self.cfg.validation_setting, self.cfg.cot_max_tokens,
-                                 self.cfg.answer_max_tokens, timeout_s=self.cfg.grading_timeout_s)
+                                 self.cfg.answer_max_tokens, timeout_s=self.cfg.grading_timeout_s,
+                                 placement=self.cfg.placement)
         (correct,) = self.dp.sum([correct])
         return {"kind": "validation", "step": step, "val_greedy_accuracy": correct / len(self.val_rows)}
 
@@ -300,13 +385,24 @@ class Trainer:
             self.tokenizer.save_pretrained(tmp)
             state = {"step": step, "best_val": self.best_val, "base_val": self.base_val,
                      "embedding_scale": self.embedding_scale,
-                     "sigma": self.sigma, "config": asdict(self.cfg), "base_model": str(self.base_model),
+                     "sigma": self.sigma, "noise": self.noise, "config": asdict(self.cfg), "base_model": str(self.base_model),
                      "base_revision": self.base_revision, "processes": self.dp.world, **(extra or {})}
-            (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
             if with_optimizer:
                 torch.save(self.sched.state_dict(), tmp / "scheduler.pt")
+            crash = os.environ.get("SOFTTOKENS_CRASH_IN_SAVE")  # fault injection: a crash mid-checkpoint
+            if crash is not None and int(crash) == step and name == "latest":
+                raise RuntimeError(f"injected crash while writing the {name} checkpoint of step {step}")
+            # the size of every file, checked before a resume; trainer_state.json is written last, so a
+            # checkpoint directory without it was never finished (resume_state_problem)
+            state["files"] = {str(f.relative_to(tmp)): f.stat().st_size for f in sorted(tmp.rglob("*")) if f.is_file()}
+            (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
             replace_dir(tmp, final)
         self.dp.barrier()
+        self.last_save = time.time()
+
+    def _saved_step(self) -> int:
+        state = self.state_dir / "latest" / "trainer_state.json"
+        return json.loads(state.read_text())["step"] if state.exists() else 0
 
     def _log(self, row: dict) -> None:
         self.metrics.append(row)
@@ -325,10 +421,41 @@ class Trainer:
             self.best_val = row["val_greedy_accuracy"]
             self._save("best", step, with_optimizer=False, extra={"val_greedy_accuracy": self.best_val})
 
+    def attempts(self) -> list[dict]:
+        """Every attempt of this run so far (this one last): job id, host, the step it resumed from."""
+        return _read_jsonl(self.state_dir / "attempts.jsonl")
+
+    def _start_attempt(self) -> None:
+        """One line per attempt in the log and in _resume/attempts.jsonl (kept in provenance)."""
+        record = {"attempt": len(self.attempts()) + 1, "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                  "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"), "host": socket.gethostname(),
+                  "pid": os.getpid(), "resumed_from_step": self.start_step,
+                  "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        if self.dp.is_main:
+            with open(self.state_dir / "attempts.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
+            start = f"resumed from step {self.start_step}" if self.start_step else "fresh start at step 0"
+            print(f"=== attempt {record['attempt']}: job {record['slurm_job_id'] or '-'} on {record['host']} "
+                  f"(pid {record['pid']}) at {record['started_at']}: {start}", flush=True)
+
+    def _on_signal(self, signum, frame) -> None:
+        self.stop_signal = signal.Signals(signum).name
+
     def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._start_attempt()
         if self.dp.is_main:
             write_jsonl(self.state_dir / "metrics.jsonl", self.metrics)  # drop rows past the resumed step
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            handlers = {name: signal.signal(getattr(signal, name), self._on_signal) for name in STOP_SIGNALS}
+        try:
+            self._run_steps()
+        finally:
+            for name, old in handlers.items():
+                signal.signal(getattr(signal, name), old)
+
+    def _run_steps(self) -> None:
         if self.start_step == 0:
             self._validate_and_keep_best(0)
         bar = tqdm(range(self.start_step, self.cfg.steps), desc=f"RLOO {self.cfg.mode} seed {self.cfg.seed}",
@@ -341,9 +468,17 @@ class Trainer:
             self._log(row)
             bar.set_postfix(reward=f"{row['reward']:.1f}", acc=f"{row['frac_correct']:.2f}", best=f"{self.best_val:.3f}")
             done = step + 1
+            # every process agrees on a signal or a due time-interval save (each may see its own)
+            due = time.time() - self.last_save >= 60 * self.cfg.resume_save_minutes
+            stop, due = (v > 0 for v in self.dp.sum([float(self.stop_signal is not None), float(due)]))
             if done % self.cfg.val_every == 0 or done == self.cfg.steps:
                 self._validate_and_keep_best(done)
                 self._save("latest", done, with_optimizer=True)
+            elif due or stop:
+                self._save("latest", done, with_optimizer=True)
+            if stop and done < self.cfg.steps:
+                raise Interrupted(f"{self.stop_signal or 'a stop signal'} received: resume state saved at step {done} "
+                                  f"of {self.cfg.steps}; exiting so that the retry or requeue resumes from it")
 
     def finish(self, checkpoints_dir: Path, metrics_path: Path) -> None:
         """Move the final checkpoints into the declared outputs and drop the resume state."""
@@ -359,6 +494,25 @@ class Trainer:
         write_jsonl(metrics_path, self.metrics)
         shutil.rmtree(self.state_dir)
         self.dp.close()
+
+
+def resume_state_problem(checkpoint: Path) -> str | None:
+    """Why a saved checkpoint directory cannot be resumed from (None if it can): its
+    trainer_state.json is missing or unreadable, or a file it lists is missing or has another size."""
+    state_path = Path(checkpoint) / "trainer_state.json"
+    try:
+        state = json.loads(state_path.read_text())
+    except FileNotFoundError:
+        return f"{state_path} is missing"
+    except (OSError, ValueError) as err:
+        return f"{state_path} is unreadable ({type(err).__name__}: {err})"
+    for name, size in state.get("files", {}).items():
+        f = Path(checkpoint) / name
+        if not f.is_file():
+            return f"{f} is missing"
+        if f.stat().st_size != size:
+            return f"{f} has {f.stat().st_size} bytes, {size} were written"
+    return None
 
 
 def _scalar(t) -> float:

@@ -3,15 +3,21 @@ import json
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from softtokens.config import COT_KEYS, cell_rl, check_config, resolved_rl
+from softtokens.config import COT_KEYS, PLACEMENT_KEYS, cell_rl, check_config, resolved_rl
+from softtokens.paths import ARM_RE, DATASET_RE, TRAINED_RE, Run, parse_arm, parse_trained
+from softtokens import paths
 from softtokens.config import job_resources as site_job_resources
+from softtokens.provenance import config_hash
 from softtokens.plan import check_plan, train_processes
 
 
-# our check first: its messages name the key ('grids.toy.rl.steps'); then Snakemake's own
+# our check first: its messages name the key ('grids.toy.rl.steps'); then Snakemake's own.
+# check_config also completes every `reuse:` grid from the grid it names (config.resolve_grids)
 check_config(config)
 validate(config, schema="../schemas/config.schema.yaml")
 # every job's per-GPU memory against the grid's GPUs, before any job starts (`softtokens plan`)
@@ -25,6 +31,7 @@ os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.envir
 GRID_NAME = config["grid"]
 GRID = config["grids"][GRID_NAME]
 RESULTS = GRID["results"]
+RUN = paths.run_pattern(RESULTS)  # a run's directory, as a wildcard pattern
 EVAL = GRID["evaluation"]
 RL = resolved_rl(config, GRID_NAME)
 OOD = EVAL.get("ood_benchmarks", [])
@@ -35,39 +42,53 @@ TOY_BASE_DATASET = next((d for d, s in GRID["datasets"].items() if s["loader"] =
 
 wildcard_constraints:
     model=r"[A-Za-z0-9_.-]+",
-    dataset=r"[A-Za-z0-9_.]+",
-    benchmark=r"[A-Za-z0-9_.]+",
-    mode=r"hard|soft|fuzzy",
+    dataset=DATASET_RE,
+    benchmark=DATASET_RE,
+    arm=ARM_RE,  # mode or mode@variant (softtokens.paths)
     seed=r"\d+",
     setting=r"(hard|soft|fuzzy)_(greedy|sample)",
-    trained=r"base|[A-Za-z0-9_.]+-(hard|soft|fuzzy)-seed\d+",
+    trained=TRAINED_RE,
+
+
+def slurm_status_check(workflow):
+    """Stop before submitting anything when the SLURM executor would follow its jobs with a
+    `sacct` that fails (no accounting): Snakemake would otherwise wait forever (slurm_check.py)."""
+    from softtokens.slurm_check import status_command_problem
+
+    plugin = workflow.executor_plugin
+    if plugin is None or getattr(plugin, "name", None) != "slurm" or workflow.dryrun:
+        return
+    problem = status_command_problem(getattr(workflow.executor_settings, "status_command", None))
+    if problem:
+        raise WorkflowError(problem)
 
 
 # ---------------------------------------------------------------- grid expansion
-def training_runs():
-    """(model, dataset, mode, seed) of every training run in the grid."""
+def training_runs(grid=None):
+    """Every training run (softtokens.paths.Run) of a grid (default: the one being built)."""
+    grid = GRID if grid is None else grid
     return [
-        (c["model"], c["dataset"], mode, seed)
-        for c in GRID["training"]
+        Run(c["model"], c["dataset"], mode, c.get("variant", ""), seed)
+        for c in grid["training"]
         for mode in c["modes"]
         for seed in c["seeds"]
     ]
 
 
-def run_dir(model, dataset, mode, seed):
-    return f"{RESULTS}/runs/{model}/{dataset}/{mode}/seed{seed}"
+def run_dir(run):
+    return paths.run_dir(RESULTS, run)
 
 
 def evaluated_models():
     """(model, trained) pairs: each evaluated base model and every run trained from it."""
     pairs = [(m, "base") for m in EVAL["models"]]
-    pairs += [(m, f"{d}-{mode}-seed{s}") for m, d, mode, s in training_runs()]
+    pairs += [(r.model, r.trained) for r in training_runs()]
     return pairs
 
 
 def eval_targets():
     return [
-        f"{RESULTS}/eval/{m}/{t}/{b}/{s}.json"
+        paths.eval_path(RESULTS, m, t, b, s)
         for m, t in evaluated_models()
         for b in EVAL["benchmarks"]
         for s in EVAL["settings"]
@@ -75,7 +96,7 @@ def eval_targets():
 
 
 def loglik_targets():
-    return [f"{RESULTS}/eval/{m}/{t}/{b}/loglik.json" for m, t in evaluated_models() for b in OOD]
+    return [paths.loglik_path(RESULTS, m, t, b) for m, t in evaluated_models() for b in OOD]
 
 
 def ood_table_targets():
@@ -83,7 +104,7 @@ def ood_table_targets():
 
 
 def metrics_targets():
-    return [f"{run_dir(*r)}/metrics.jsonl" for r in training_runs()]
+    return [f"{run_dir(r)}/metrics.jsonl" for r in training_runs() if not r.variant]
 
 
 def settings_table_targets():
@@ -93,7 +114,7 @@ def settings_table_targets():
 def figure_targets(ext="png"):
     """Training curves per (model, training set); pass@k and CoT entropy per (model, training
     set, benchmark), as reporting.figure_groups draws them ('base' for a model with no run)."""
-    pairs = sorted({(m, d) for m, d, _, _ in training_runs()})
+    pairs = sorted({(r.model, r.dataset) for r in training_runs()})
     figs = [f"{RESULTS}/figures/training_{m}_{d}.{ext}" for m, d in pairs]
     per_run = pairs + [(m, "base") for m in sorted(set(EVAL["models"]) - {m for m, _ in pairs})]
     kinds = ["entropy", "passk"]
@@ -130,8 +151,88 @@ REPRODUCTION = [f"{RESULTS}/report/{name}" for name in (
 
 
 def report_targets():
+    if ABLATIONS:  # an ablation grid: its appendix tables and figures (the main ones are its reused grid's)
+        return ablation_targets()
     return [f"{RESULTS}/tables/main.md", *settings_table_targets(), *ood_table_targets(), *figure_targets(),
             *figure_targets("pdf"), *REPRODUCTION]
+
+
+# ---------------------------------------------------------------- ablation grids
+ABLATIONS = GRID.get("ablation_tables", {})
+REUSE_NAME = GRID.get("reuse")
+REUSED = config["grids"][REUSE_NAME] if REUSE_NAME else None
+
+
+def ablation_targets():
+    return [f"{RESULTS}/{kind}/ablation_{name}.{ext}" for name in ABLATIONS
+            for kind, exts in (("tables", ("md", "tex", "csv", "cells.json")), ("figures", ("png", "pdf")))
+            for ext in exts]
+
+
+def ablation_cell():
+    """The (model, dataset) every ablation row trains (config.check_config makes it one)."""
+    return GRID["training"][0]["model"], GRID["training"][0]["dataset"]
+
+
+def ablation_runs(arm):
+    """Runs of one table row and the results directory they live in. A default arm (no
+    variant) is the reused grid's runs when this grid has no default cell of its own."""
+    model, dataset = ablation_cell()
+    mode, variant = parse_arm(arm)
+    own = [r for r in training_runs() if (r.model, r.dataset, r.mode, r.variant) == (model, dataset, mode, variant)]
+    if own or not REUSED:
+        return own, RESULTS, True
+    reused = [r for r in training_runs(REUSED) if (r.model, r.dataset, r.mode, r.variant) == (model, dataset, mode, "")]
+    return reused, REUSED["results"], False
+
+
+def _kept(files, in_dag):
+    """A reused grid's files are read when they exist and never planned: this grid does not
+    retrain or re-evaluate what another grid makes (its table rows say 'not yet run' instead)."""
+    return list(files) if in_dag else [f for f in files if os.path.exists(f)]
+
+
+def ablation_evals(wildcards=None):
+    model, _ = ablation_cell()
+    out = []
+    for spec in ABLATIONS.values():
+        if spec.get("base"):
+            in_dag = model in EVAL["models"]
+            where = RESULTS if in_dag or not REUSED else REUSED["results"]
+            out += _kept([paths.eval_path(where, model, "base", b, s) for b in EVAL["benchmarks"]
+                          for s in EVAL["settings"]], in_dag)
+        for arm in spec["arms"]:
+            runs, where, in_dag = ablation_runs(arm)
+            out += _kept([paths.eval_path(where, r.model, r.trained, b, s) for r in runs for b in EVAL["benchmarks"]
+                          for s in EVAL["settings"]], in_dag)
+    return sorted(set(out))
+
+
+def ablation_metrics(wildcards=None):
+    out = []
+    for spec in ABLATIONS.values():
+        for arm in spec["arms"]:
+            runs, where, in_dag = ablation_runs(arm)
+            out += _kept([f"{paths.run_dir(where, r)}/metrics.jsonl" for r in runs], in_dag)
+    return sorted(set(out))
+
+
+def ablation_settings(wildcards):
+    """Each table's rows, in order, with what each row's run resolved to (gamma, tau, placement, k)."""
+    model, dataset = ablation_cell()
+    tables = {}
+    for name, spec in ABLATIONS.items():
+        rows = []
+        for arm in spec["arms"]:
+            mode, variant = parse_arm(arm)
+            rl = cell_rl(config, GRID_NAME, model, dataset, variant)
+            rows.append({"arm": arm, "mode": mode, "variant": variant, "noise_factor": rl["noise_factor"],
+                         "temperature": rl[f"{mode}_temperature"], "placement": rl["noise_placement"],
+                         "top_k": rl["noise_top_k"]})
+        tables[name] = {"title": spec.get("title", name), "rows": rows, "base": bool(spec.get("base")),
+                        "describe": spec.get("describe", ["mode", "placement", "temperature", "top_k", "noise_factor"])}
+    return json.dumps({"grid": GRID_NAME, "model": model, "dataset": dataset, "toy": "toy_base" in GRID,
+                       "tables": tables}, sort_keys=True)
 
 
 def ledger_gpus():
@@ -145,12 +246,21 @@ def ledger_gpus():
     }
 
 
+def variant_evals_present(wildcards=None):
+    """Ablation-variant evaluation files already in this results directory (the ablations grid
+    shares the paper grid's): the reproduction report puts them beside the paper's ablation
+    tables when they exist; their absence never plans a job."""
+    import glob
+
+    return sorted(glob.glob(f"{RESULTS}/eval/*/*@*-seed*/*/*.json"))
+
+
 def reproduction_settings(wildcards):
     return json.dumps({"grid": GRID_NAME, "toy": "toy_base" in GRID, "gpus": ledger_gpus()}, sort_keys=True)
 
 
 def selected_targets():
-    return [f"{run_dir(*r)}/selected.json" for r in training_runs()]
+    return [f"{run_dir(r)}/selected.json" for r in training_runs()]
 
 
 def all_targets():
@@ -162,6 +272,37 @@ def all_targets():
 # ---------------------------------------------------------------- per-rule inputs and params
 def dataset_settings(wildcards):
     return json.dumps(GRID["datasets"][wildcards.dataset], sort_keys=True)
+
+
+def _expect(pairs):
+    """`--expect PATH=HASH ...`: what the current config gives each upstream output's job, which
+    the job compares with the output's provenance (provenance.check_expected; stale: it stops)."""
+    items = [f"{path}={config_hash(json.loads(settings))}" for path, settings in pairs]
+    return "--expect " + " ".join(items) if items else ""
+
+
+def _data_expect(dataset, splits):
+    settings = dataset_settings(SimpleNamespace(dataset=dataset))
+    return [(paths.data_path(RESULTS, dataset, split), settings) for split in splits]
+
+
+def _base_expect(model):
+    if GRID["models"][model]["source"] != "toy":
+        return []
+    return [(model_source(model), toy_base_settings(None))]
+
+
+def train_expect(wildcards):
+    return _expect(_data_expect(wildcards.dataset, ("train", "validation")) + _base_expect(wildcards.model))
+
+
+def eval_expect(wildcards):
+    base = _base_expect(wildcards.model) if wildcards.trained == "base" else []
+    return _expect(_data_expect(wildcards.benchmark, ("test",)) + base)
+
+
+def toy_base_expect(wildcards):
+    return _expect(_data_expect(TOY_BASE_DATASET, ("train", "validation")))
 
 
 def toy_base_settings(wildcards):
@@ -183,8 +324,11 @@ def base_model_input(wildcards):
 
 
 def train_settings(wildcards):
-    rl = cell_rl(config, GRID_NAME, wildcards.model, wildcards.dataset)
-    s = dict(rl, mode=wildcards.mode, seed=int(wildcards.seed), lr=GRID["models"][wildcards.model]["lr"])
+    mode, variant = parse_arm(wildcards.arm)
+    rl = cell_rl(config, GRID_NAME, wildcards.model, wildcards.dataset, variant)
+    s = dict(rl, mode=mode, seed=int(wildcards.seed), lr=GRID["models"][wildcards.model]["lr"])
+    if variant:  # recorded in provenance; the default runs' settings stay as they were
+        s["variant"] = variant
     return json.dumps(s, sort_keys=True)
 
 
@@ -194,7 +338,10 @@ def train_launcher(wildcards, resources):
     gpus = int(resources.get("gpu", 0) or 0)
     if gpus <= 1:
         return "python"
-    return (f"accelerate launch --multi_gpu --num_processes {gpus} --num_machines 1 "
+    # a free rendezvous port per job, picked on the node when the job starts: two multi-GPU jobs on
+    # one node would otherwise both take accelerate's default 29500
+    port = "$(python -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])')"
+    return (f"accelerate launch --multi_gpu --num_processes {gpus} --num_machines 1 --main_process_port {port} "
             "--mixed_precision no --dynamo_backend no")
 
 
@@ -207,9 +354,16 @@ def eval_settings(wildcards):
     s["dtype"] = RL["compute_dtype"]
     s["grading_timeout_s"] = RL["grading_timeout_s"]
     rl = RL
-    if wildcards.trained != "base":
-        rl = cell_rl(config, GRID_NAME, wildcards.model, wildcards.trained.rsplit("-", 2)[0])
+    run = parse_trained(wildcards.trained)
+    if run is not None:
+        rl = cell_rl(config, GRID_NAME, wildcards.model, run.dataset, run.variant)
     s.update({k: rl[k] for k in COT_KEYS})
+    # where soft / fuzzy settings put their noise: the paper evaluates its placement ablations
+    # with Section 4's settings (embedding noise), unless the grid asks for the run's own
+    if EVAL.get("inference_placement", "paper") == "run":
+        s.update({k: rl[k] for k in PLACEMENT_KEYS})
+    else:
+        s.update(noise_placement="embedding", noise_top_k=0)
     return json.dumps(s, sort_keys=True)
 
 
@@ -228,11 +382,25 @@ def job_resources(kind):
     return res
 
 
+def job_threads(kind):
+    """CPU threads of a job: cpus_per_gpu x its GPUs on a GPU job (torch and the data work use
+    them), else 1 (the CPU grids run many one-thread jobs side by side)."""
+    res = site_job_resources(GRID, kind)
+
+    def threads(wildcards):
+        gpus = res.get("gpu", 0)
+        if kind == "train" and gpus:
+            gpus = train_processes(GRID, wildcards.model)
+        return int(gpus * res.get("cpus_per_gpu", 1)) if gpus else 1
+
+    return threads
+
+
 def eval_model_input(wildcards):
     if wildcards.trained == "base":
         return base_model_input(wildcards)
-    dataset, mode, seed = wildcards.trained.rsplit("-", 2)
-    return [f"{run_dir(wildcards.model, dataset, mode, seed.removeprefix('seed'))}/selected.json"]
+    run = parse_trained(wildcards.trained)._replace(model=wildcards.model)
+    return [f"{run_dir(run)}/selected.json"]
 
 
 def eval_model_arg(wildcards, input):

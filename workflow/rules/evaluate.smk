@@ -3,10 +3,12 @@ rule evaluate:
         model=eval_model_input,
         data=f"{RESULTS}/data/{{benchmark}}/test.jsonl",
     output:
-        result=f"{RESULTS}/eval/{{model}}/{{trained}}/{{benchmark}}/{{setting}}.json",
+        result=paths.eval_pattern(RESULTS),
     params:
+        expect=eval_expect,
         settings=eval_settings,
         model_arg=eval_model_arg,
+    threads: job_threads("evaluate")
     resources:
         **job_resources("evaluate"),
     conda:
@@ -16,7 +18,7 @@ rule evaluate:
     benchmark:
         f"{RESULTS}/benchmarks/evaluate/{{model}}/{{trained}}/{{benchmark}}/{{setting}}.tsv"
     shell:
-        "python -m softtokens evaluate --settings {params.settings:q} --setting {wildcards.setting} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1"
+        "python -m softtokens evaluate --settings {params.settings:q} {params.expect} --setting {wildcards.setting} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1"
 
 
 rule evaluate_loglik:
@@ -25,10 +27,12 @@ rule evaluate_loglik:
         model=eval_model_input,
         data=f"{RESULTS}/data/{{benchmark}}/test.jsonl",
     output:
-        result=f"{RESULTS}/eval/{{model}}/{{trained}}/{{benchmark}}/loglik.json",
+        result=paths.loglik_pattern(RESULTS),
     params:
+        expect=eval_expect,
         settings=loglik_settings,
         model_arg=eval_model_arg,
+    threads: job_threads("evaluate_loglik")
     resources:
         **job_resources("evaluate_loglik"),
     conda:
@@ -38,4 +42,4 @@ rule evaluate_loglik:
     benchmark:
         f"{RESULTS}/benchmarks/evaluate_loglik/{{model}}/{{trained}}/{{benchmark}}.tsv"
     shell:
-        "python -m softtokens evaluate-loglik --settings {params.settings:q} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1"
+        "python -m softtokens evaluate-loglik --settings {params.settings:q} {params.expect} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1"

@@ -54,6 +54,7 @@ rule reproduction_report:
     input:
         evals=eval_targets(),
         loglik=loglik_targets(),
+        variants=variant_evals_present,
         # after every other job, so that the ledger holds their benchmark files
         tables=f"{RESULTS}/tables/main.md",
         figures=figure_targets(),
@@ -79,4 +80,31 @@ rule reproduction_report:
     benchmark:
         f"{RESULTS}/benchmarks/reproduction_report.tsv"
     shell:
-        "python -m softtokens report --settings {params.settings:q} --bench-dir {params.bench_dir} --out-dir {params.out_dir} {input.evals} {input.loglik} > {log} 2>&1"
+        "python -m softtokens report --settings {params.settings:q} --bench-dir {params.bench_dir} --out-dir {params.out_dir} {input.evals} {input.variants} {input.loglik} > {log} 2>&1"
+
+
+rule ablation_tables:
+    """The appendix ablations (noise factor, temperature, noise placement): one table and one
+    greedy-validation figure each; default rows are the reused grid's runs when they exist."""
+    input:
+        evals=ablation_evals,
+        metrics=ablation_metrics,
+    output:
+        tables=[report(f, category="Ablation tables", caption="../report/table_ablation.rst")
+                if f.endswith(".csv") else f for f in ablation_targets() if "/tables/" in f],
+        figures=[report(f, category="Ablation figures", caption="../report/figure_ablation.rst")
+                 if f.endswith(".png") else f for f in ablation_targets() if "/figures/" in f],
+    params:
+        settings=ablation_settings,
+        tables_dir=f"{RESULTS}/tables",
+        figures_dir=f"{RESULTS}/figures",
+    resources:
+        **job_resources("cpu"),
+    conda:
+        "../../envs/softtokens.yaml"
+    log:
+        f"{RESULTS}/logs/report/ablations.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/ablation_tables.tsv"
+    shell:
+        "python -m softtokens ablations --settings {params.settings:q} --tables-dir {params.tables_dir} --figures-dir {params.figures_dir} --metrics {input.metrics} --evals {input.evals} > {log} 2>&1"

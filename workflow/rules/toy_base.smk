@@ -5,6 +5,7 @@ rule build_toy_base:
     output:
         model=directory(f"{RESULTS}/models/{{model}}"),
     params:
+        expect=toy_base_expect,
         settings=toy_base_settings,
     threads: 2
     resources:
@@ -16,4 +17,4 @@ rule build_toy_base:
     benchmark:
         f"{RESULTS}/benchmarks/build_toy_base/{{model}}.tsv"
     shell:
-        "python -m softtokens build-toy-base --settings {params.settings:q} --train {input.train} --validation {input.validation} --out {output.model} --threads {threads} > {log} 2>&1"
+        "python -m softtokens build-toy-base --settings {params.settings:q} {params.expect} --train {input.train} --validation {input.validation} --out {output.model} --threads {threads} > {log} 2>&1"

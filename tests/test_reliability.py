@@ -1,0 +1,230 @@
+"""Faults a cluster run meets, each reproduced here on CPU (one process): SIGKILL at a random
+step, SIGTERM (scancel, preemption, SLURM's time-limit warning), a crash while writing a
+checkpoint, a truncated or missing resume file, a NaN loss. After each, the rerun ends where
+an uninterrupted run ends, bit for bit: the same metrics (less wall-clock timings) and the same
+checkpoint bytes. docs/reliability.md lists every fault and its outcome."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from softtokens.training import NonFiniteUpdate, TrainConfig, Trainer
+
+from conftest import make_tiny_model
+
+SETTINGS = dict(mode="fuzzy", seed=4, lr=1e-3, prompts_per_step=2, samples_per_prompt=4, steps=6, warmup_steps=1,
+                cot_max_tokens=10, answer_max_tokens=4, val_every=3, val_size=6, micro_batch_size=4,
+                compute_dtype="float32", resume_save_minutes=0.0)
+TIMINGS = ("seconds_rollout", "seconds_reward", "seconds_update")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory, toy_tokenizer, toy_rows):
+    d = tmp_path_factory.mktemp("base")
+    make_tiny_model(toy_tokenizer, seed=1).save_pretrained(d / "model")
+    toy_tokenizer.save_pretrained(d / "model")
+    for split in ("train", "validation"):
+        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in toy_rows[split]))
+    return d
+
+
+def train_cmd(base: Path, out: Path, settings: dict = SETTINGS) -> list[str]:
+    return [sys.executable, "-m", "softtokens", "train", "--settings", json.dumps(settings), "--base",
+            str(base / "model"), "--train", str(base / "train.jsonl"), "--validation", str(base / "validation.jsonl"),
+            "--state-dir", str(out / "_resume"), "--checkpoints", str(out / "checkpoints"), "--metrics",
+            str(out / "metrics.jsonl")]
+
+
+def run(base, out, env=None, settings=SETTINGS):
+    return subprocess.run(train_cmd(base, out, settings), capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def outcome(out: Path) -> tuple[list[dict], dict[str, bytes]]:
+    """What a finished run produced, less what a clock measures."""
+    metrics = [{k: v for k, v in json.loads(line).items() if k not in TIMINGS}
+               for line in (out / "metrics.jsonl").read_text().splitlines()]
+    files = {str(p.relative_to(out / "checkpoints")): p.read_bytes()
+             for p in sorted((out / "checkpoints").rglob("*"))
+             if p.is_file() and p.name not in ("trainer_state.json", "provenance.json")}  # paths, clock times
+    states = {n: {k: v for k, v in json.loads((out / "checkpoints" / n / "trainer_state.json").read_text()).items()
+                  if k not in ("files",)} for n in ("best", "latest")}
+    return metrics, {**files, "states": json.dumps(states, sort_keys=True).encode()}
+
+
+def assert_same(got, want, what=""):
+    assert got[0] == want[0], f"{what}: metrics differ"
+    assert got[1].keys() == want[1].keys(), f"{what}: {sorted(set(got[1]) ^ set(want[1]))}"
+    for name in want[1]:
+        assert got[1][name] == want[1][name], f"{what}: {name} differs"
+
+
+@pytest.fixture(scope="module")
+def straight(base, tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight")
+    r = run(base, out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return outcome(out)
+
+
+def _steps_done(out: Path) -> int:
+    f = out / "_resume" / "metrics.jsonl"
+    if not f.exists():
+        return 0
+    return sum('"kind": "train"' in line for line in f.read_text().splitlines())
+
+
+def _kill_at(base, out, step: int, sig) -> subprocess.Popen:
+    """Start the run and send ``sig`` once ``step`` training steps are logged."""
+    proc = subprocess.Popen(train_cmd(base, out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 300
+    while _steps_done(out) < step and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    proc.wait(timeout=120)
+    return proc
+
+
+def test_sigkill_at_a_random_step_then_rerun_equals_an_uninterrupted_run(base, tmp_path, straight):
+    step = random.Random(os.getpid()).randint(1, SETTINGS["steps"] - 1)
+    killed = _kill_at(base, tmp_path, step, signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL, f"killed at step {step}: {killed.stdout.read()[-2000:]}"
+    assert not (tmp_path / "metrics.jsonl").exists()  # nothing declared was left half-made
+    r = run(base, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "=== attempt 2" in r.stdout + r.stderr
+    assert_same(outcome(tmp_path), straight, f"killed at step {step}")
+
+
+def test_sigterm_saves_the_resume_state_and_the_rerun_equals_an_uninterrupted_run(base, tmp_path, straight):
+    termed = _kill_at(base, tmp_path, 2, signal.SIGTERM)
+    text = termed.stdout.read()
+    assert termed.returncode != 0 and "SIGTERM received: resume state saved at step" in text, text[-2000:]
+    saved = json.loads((tmp_path / "_resume" / "latest" / "trainer_state.json").read_text())["step"]
+    assert saved >= 2  # the step in flight finished and was saved, not lost
+    r = run(base, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"resumed from step {saved}" in r.stdout + r.stderr
+    assert_same(outcome(tmp_path), straight)
+    attempts = json.loads(Path(str(tmp_path / "metrics.jsonl") + ".prov.json").read_text())["attempts"]
+    assert [a["resumed_from_step"] for a in attempts] == [0, saved]
+
+
+def test_a_crash_while_writing_a_checkpoint_resumes_from_the_previous_one(base, tmp_path, straight):
+    r = run(base, tmp_path, env={"SOFTTOKENS_CRASH_IN_SAVE": "4"})
+    assert r.returncode != 0 and "injected crash while writing the latest checkpoint of step 4" in r.stderr
+    assert json.loads((tmp_path / "_resume" / "latest" / "trainer_state.json").read_text())["step"] == 3
+    r = run(base, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resumed from step 3" in r.stdout + r.stderr
+    assert_same(outcome(tmp_path), straight)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete", "garble_state"])
+def test_a_damaged_resume_state_is_never_loaded(base, tmp_path, straight, damage):
+    r = run(base, tmp_path, env={"SOFTTOKENS_CRASH_AT_STEP": "4"})
+    assert r.returncode != 0
+    latest = tmp_path / "_resume" / "latest"
+    weights = latest / "model.safetensors"
+    if damage == "truncate":
+        weights.write_bytes(weights.read_bytes()[:1000])
+    elif damage == "delete":
+        weights.unlink()
+    else:
+        (latest / "trainer_state.json").write_text('{"step": 4, "best')
+    r = run(base, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resume state not used" in r.stdout + r.stderr and "fresh start at step 0" in r.stdout + r.stderr
+    assert_same(outcome(tmp_path), straight)
+    assert list(tmp_path.glob("_resume.unusable-*"))  # kept aside for a look, not deleted
+
+
+def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_state(base, toy_rows, tmp_path,
+                                                                                 monkeypatch):
+    cfg = TrainConfig.from_settings(SETTINGS)
+    trainer = Trainer(cfg, str(base / "model"), toy_rows["train"], toy_rows["validation"], tmp_path / "_resume")
+    import softtokens.training as training
+
+    real = training.rloo_loss
+    calls = {"n": 0}
+
+    def poisoned(*args):
+        calls["n"] += 1
+        loss = real(*args)
+        return loss * float("nan") if calls["n"] > 4 else loss  # 2 micro-batches a step: step 3 turns NaN
+    monkeypatch.setattr(training, "rloo_loss", poisoned)
+    with pytest.raises(NonFiniteUpdate, match=r"step 3: the loss is not finite .* last good state .* \(step 2\)"):
+        trainer.run()
+    state = json.loads((tmp_path / "_resume" / "latest" / "trainer_state.json").read_text())
+    assert state["step"] == 2
+    assert [m["step"] for m in trainer.metrics if m["kind"] == "train"] == [1, 2]
+
+
+# ---------------------------------------------------------------- bad input
+def test_a_stale_upstream_output_is_refused(tmp_path):
+    """An output made from other settings than the current config gives it stops the job that
+    would read it (the stale toy base once reused silently after an interrupted run)."""
+    from softtokens.provenance import StaleInput, check_expected, config_hash
+
+    made = {"loader": "toy", "seed": 1, "train_size": 40, "validation_size": 8, "test_size": 8}
+    r = subprocess.run([sys.executable, "-m", "softtokens", "prepare-data", "--dataset", "toyarith", "--splits",
+                        "train,validation", "--settings", json.dumps(made), "--out-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = tmp_path / "train.jsonl"
+    check_expected([f"{data}={config_hash(made)}"])  # the same settings: accepted
+    now = {**made, "train_size": 50}
+    with pytest.raises(StaleInput, match=r"made by prepare_data with settings .* current config gives .* stale.*"
+                                         r"--forcerun prepare_data"):
+        check_expected([f"{data}={config_hash(now)}"])
+    r = subprocess.run([sys.executable, "-m", "softtokens", "evaluate", "--settings", "{}", "--expect",
+                        f"{data}={config_hash(now)}", "--setting", "hard_greedy", "--model", "nowhere", "--data",
+                        str(data), "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "stale input" in r.stderr and not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("name", ["/nonexistent/model/dir", "no-such-org/no-such-model-xyz"])
+def test_an_unreadable_base_model_is_named(name, monkeypatch):
+    from softtokens.modeling import ModelLoadError, load_model, load_tokenizer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub id on a node without internet
+    for load in (load_model, load_tokenizer):
+        with pytest.raises(ModelLoadError, match=name):
+            load(name)
+
+
+def test_a_row_with_a_missing_field_names_file_and_line(tmp_path):
+    from softtokens.data import DataFormatError, read_jsonl
+
+    p = tmp_path / "rows.jsonl"
+    p.write_text('{"id": "a", "question": "q", "answer": "1"}\n\n{"id": "b", "question": "q"}\n')
+    with pytest.raises(DataFormatError, match=rf"{p}:3: missing field\(s\) answer"):
+        read_jsonl(p)
+
+
+def test_a_cluster_without_accounting_is_caught_before_any_job():
+    """The plugin follows jobs with sacct whenever the binary exists; without accounting sacct
+    fails and Snakemake would wait forever. The start-up check names the flag to use."""
+    from softtokens.slurm_check import FLAG, status_command_problem
+
+    class Done:
+        def __init__(self, rc, err=""):
+            self.returncode, self.stderr, self.stdout = rc, err, ""
+
+    off = lambda *a, **k: Done(1, "sacct: error: Slurm accounting storage is disabled")  # noqa: E731
+    on = lambda *a, **k: Done(0)  # noqa: E731
+    has_sacct = lambda name: f"/usr/bin/{name}"  # noqa: E731
+    problem = status_command_problem(None, run=off, which=has_sacct)
+    assert "accounting storage is disabled" in problem and FLAG in problem
+    assert status_command_problem("sacct", run=off, which=has_sacct) is not None
+    assert status_command_problem("squeue", run=off, which=has_sacct) is None      # the fix
+    assert status_command_problem(None, run=on, which=has_sacct) is None           # accounting on
+    assert status_command_problem(None, run=off, which=lambda name: None) is None  # no sacct: squeue
