@@ -1,5 +1,7 @@
 """Shared fixtures: a toy tokenizer and tiny Llama built in about a second, no download."""
 
+import json
+
 import pytest
 import torch
 
@@ -27,3 +29,33 @@ def make_tiny_model(tokenizer, dtype=torch.float32, seed=0, hidden=32, layers=2)
 @pytest.fixture(scope="session")
 def tiny_model(toy_tokenizer):
     return make_tiny_model(toy_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory, toy_tokenizer, toy_rows):
+    """A tiny base model saved like a hub model, and the toy train / validation rows as JSONL."""
+    d = tmp_path_factory.mktemp("base")
+    make_tiny_model(toy_tokenizer, seed=1).save_pretrained(d / "model")
+    toy_tokenizer.save_pretrained(d / "model")
+    for split in ("train", "validation"):
+        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in toy_rows[split]))
+    return d
+
+
+def assert_same_loss_and_gradients(model, rollout, sigma, reference, adv):
+    """The update pass's per-row log-probs and the RLOO loss's gradients equal those of
+    ``reference(model, rollout, sigma, answer_temperature)``, a step-by-step computation."""
+    from softtokens.rloo import rloo_loss, rollout_log_probs
+
+    n = len(adv)
+    model.zero_grad()
+    cot, ans = rollout_log_probs(model, rollout, sigma, 1.0)[:2]
+    rloo_loss(cot + ans, adv, n).backward()
+    ours = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    ref = reference(model, rollout, sigma, 1.0)
+    assert torch.allclose(cot + ans, ref, rtol=1e-9, atol=1e-8)
+    rloo_loss(ref, adv, n).backward()
+    for name, p in model.named_parameters():
+        assert torch.allclose(ours[name], p.grad, rtol=1e-6, atol=1e-7 * p.grad.abs().max().item() + 1e-12), name
+    model.zero_grad()

@@ -10,10 +10,10 @@ from softtokens.counter_noise import counter_normal
 from softtokens.data import format_prompt
 from softtokens.generation import ANSWER, COT, EMBEDDING, CotEngine, CotSetting, Placement, placement_of
 from softtokens.modeling import embedding_scale
-from softtokens.rloo import (gaussian_log_prob, placement_gaussian, rloo_advantages, rloo_loss, rollout_log_probs,
+from softtokens.rloo import (gaussian_log_prob, placement_gaussian, rloo_advantages, rloo_loss,
                              token_log_prob)
 
-from conftest import make_tiny_model
+from conftest import assert_same_loss_and_gradients, make_tiny_model
 
 PLACEMENTS = [("fuzzy", Placement("hidden")), ("soft", Placement("hidden")), ("fuzzy", Placement("logits")),
               ("soft", Placement("logits")), ("soft", Placement("logits", 5))]
@@ -91,19 +91,7 @@ def test_placement_loss_term_equals_an_independent_computation(model64, toy_toke
                                                          5, 3, answer_temperature=1.0, placement=placement)
     assert rollout.placement == placement and (rollout.step_phase == COT).any()
     adv = torch.tensor([1.0, -2.0, 1.0], dtype=torch.float64)
-
-    model64.zero_grad()
-    cot, ans = rollout_log_probs(model64, rollout, sigma, 1.0)[:2]
-    rloo_loss(cot + ans, adv, 3).backward()
-    ours = {n: p.grad.clone() for n, p in model64.named_parameters()}
-
-    model64.zero_grad()
-    ref = reference(model64, rollout, sigma, 1.0)
-    assert torch.allclose(cot + ans, ref, rtol=1e-9, atol=1e-8)
-    rloo_loss(ref, adv, 3).backward()
-    for n, p in model64.named_parameters():
-        assert torch.allclose(ours[n], p.grad, rtol=1e-6, atol=1e-7 * p.grad.abs().max().item() + 1e-12), n
-    model64.zero_grad()
+    assert_same_loss_and_gradients(model64, rollout, sigma, reference, adv)
 
 
 @pytest.mark.parametrize("k", [1, 5, 50])

@@ -17,7 +17,6 @@ import pytest
 
 from softtokens.training import NonFiniteUpdate, TrainConfig, Trainer
 
-from conftest import make_tiny_model
 
 SETTINGS = dict(mode="fuzzy", seed=4, lr=1e-3, prompts_per_step=2, samples_per_prompt=4, steps=6, warmup_steps=1,
                 cot_max_tokens=10, answer_max_tokens=4, val_every=3, val_size=6, micro_batch_size=4,
@@ -25,14 +24,6 @@ SETTINGS = dict(mode="fuzzy", seed=4, lr=1e-3, prompts_per_step=2, samples_per_p
 TIMINGS = ("seconds_rollout", "seconds_reward", "seconds_update")
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory, toy_tokenizer, toy_rows):
-    d = tmp_path_factory.mktemp("base")
-    make_tiny_model(toy_tokenizer, seed=1).save_pretrained(d / "model")
-    toy_tokenizer.save_pretrained(d / "model")
-    for split in ("train", "validation"):
-        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in toy_rows[split]))
-    return d
 
 
 def train_cmd(base: Path, out: Path, settings: dict = SETTINGS) -> list[str]:

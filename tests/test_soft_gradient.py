@@ -8,7 +8,7 @@ from softtokens.data import format_prompt
 from softtokens.generation import ANSWER, COT, INFERENCE_SETTINGS, CotEngine, CotSetting
 from softtokens.rloo import gaussian_log_prob, rloo_loss, rollout_log_probs, token_log_prob
 
-from conftest import make_tiny_model
+from conftest import assert_same_loss_and_gradients, make_tiny_model
 
 
 def reference_log_probs(model, rollout, sigma, answer_temperature):
@@ -54,19 +54,7 @@ def test_teacher_forced_pass_equals_stepwise_reference(model64, toy_tokenizer, t
     rollout = CotEngine(model64, toy_tokenizer).generate(prompts, setting, sigma, [5, 6, 7], 6, 3,
                                                          answer_temperature=1.0)
     adv = torch.tensor([1.5, -0.5, -1.0], dtype=torch.float64)
-
-    model64.zero_grad()
-    cot, ans = rollout_log_probs(model64, rollout, sigma, 1.0)[:2]
-    rloo_loss(cot + ans, adv, 3).backward()
-    ours = {n: p.grad.clone() for n, p in model64.named_parameters()}
-
-    model64.zero_grad()
-    ref = reference_log_probs(model64, rollout, sigma, 1.0)
-    assert torch.allclose(cot + ans, ref, rtol=1e-9, atol=1e-8)
-    rloo_loss(ref, adv, 3).backward()
-    for n, p in model64.named_parameters():
-        assert torch.allclose(ours[n], p.grad, rtol=1e-6, atol=1e-7 * p.grad.abs().max().item()), n
-    model64.zero_grad()
+    assert_same_loss_and_gradients(model64, rollout, sigma, reference_log_probs, adv)
 
 
 def test_soft_loss_gradient_matches_finite_differences(model64, toy_tokenizer, toy_rows):

@@ -10,21 +10,12 @@ from safetensors.torch import load_file
 
 from softtokens.training import TrainConfig, Trainer
 
-from conftest import make_tiny_model
 
 CFG = dict(mode="soft", seed=3, lr=1e-3, prompts_per_step=2, samples_per_prompt=4, steps=3, warmup_steps=1,
            cot_max_tokens=10, answer_max_tokens=4, val_every=1, val_size=6, micro_batch_size=3, compute_dtype="float32")
 TRAIN_KEYS = ("reward", "frac_correct", "completions/mean_length", "stop_rate")
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory, toy_tokenizer, toy_rows):
-    d = tmp_path_factory.mktemp("base")
-    make_tiny_model(toy_tokenizer, seed=1).save_pretrained(d / "model")
-    toy_tokenizer.save_pretrained(d / "model")
-    for split in ("train", "validation"):
-        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in toy_rows[split]))
-    return d
 
 
 def train_rows(metrics):

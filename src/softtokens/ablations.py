@@ -20,7 +20,7 @@ import pandas as pd
 
 from softtokens.paths import arm as arm_name
 from softtokens.paths import parse_run_path
-from softtokens.provenance import Provenance, write_text
+from softtokens.provenance import Provenance
 from softtokens.reporting import _save_fig, load_eval_frame, write_table
 
 COLUMNS = [(f"{m}_{kind}", metric, f"{m.capitalize()} {kind.capitalize()} {label}")
