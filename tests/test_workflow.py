@@ -98,6 +98,11 @@ def test_ablations_grid_plans_24_variant_runs_and_reuses_the_main_cells():
     assert {(m, d) for m, d, _, _ in arms} == {("llama-3b", "gsm8k")}
     assert len({a for _, _, a, _ in arms}) == 12
     assert "results/paper/runs/llama-3b/gsm8k/soft@logits-top50/seed1/metrics.jsonl" in text
+    # gamma = 3 trains at 3.0 and, as the paper's noise-factor table, is tested at the grid's 0.33
+    blocks = text.split("\n\n")
+    train = next(b for b in blocks if "rule train:" in b and "arm=fuzzy@gamma3.0" in b)
+    evaluate = next(b for b in blocks if "rule evaluate:" in b and "trained=gsm8k-fuzzy@gamma3.0-seed0" in b)
+    assert '"noise_factor": 3.0' in train and '"noise_factor": 0.33' in evaluate
 
 
 def test_a_variant_reaches_its_training_and_its_evaluation(tmp_path):

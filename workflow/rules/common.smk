@@ -358,6 +358,8 @@ def eval_settings(wildcards):
     if run is not None:
         rl = cell_rl(config, GRID_NAME, wildcards.model, run.dataset, run.variant)
     s.update({k: rl[k] for k in COT_KEYS})
+    if EVAL.get("inference_noise_factor", "run") == "grid":  # the paper's ablation tables (README)
+        s["noise_factor"] = RL["noise_factor"]
     # where soft / fuzzy settings put their noise: the paper evaluates its placement ablations
     # with Section 4's settings (embedding noise), unless the grid asks for the run's own
     if EVAL.get("inference_placement", "paper") == "run":
