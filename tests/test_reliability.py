@@ -219,3 +219,21 @@ def test_a_cluster_without_accounting_is_caught_before_any_job():
     assert status_command_problem("squeue", run=off, which=has_sacct) is None      # the fix
     assert status_command_problem(None, run=on, which=has_sacct) is None           # accounting on
     assert status_command_problem(None, run=off, which=lambda name: None) is None  # no sacct: squeue
+
+
+def test_the_audit_flags_a_result_made_from_a_stale_input(tmp_path, monkeypatch):
+    """A consumer records the settings hash the config gave each input; the audit compares it with
+    the input's own record (a result made while the job-side check was bypassed is flagged)."""
+    from softtokens.provenance import Provenance, audit, config_hash, expected_map, write_json
+
+    monkeypatch.chdir(tmp_path)
+    made, now = {"train_size": 40}, {"train_size": 50}
+    data = Path("data.jsonl")
+    data.write_text('{"id": "a"}\n')
+    Provenance("prepare_data", made, params=made).write_sidecar(data)
+    for want, flagged in ((config_hash(made), False), (config_hash(now), True)):
+        prov = Provenance("evaluate", {}, inputs={"data": data})
+        prov.expected = expected_map([f"{data}={want}"])
+        write_json("result.json", {"value": 1, "provenance": prov.record()})
+        lines, problems = audit("result.json")
+        assert (problems == 1) is flagged and any("STALE data.jsonl" in line for line in lines) is flagged, lines

@@ -12,6 +12,12 @@ import sys
 from pathlib import Path
 
 
+def expected_map(expected) -> dict:
+    from softtokens.provenance import expected_map as to_map
+
+    return to_map(expected or [])
+
+
 def check_expected(expected) -> None:
     from softtokens.provenance import StaleInput, check_expected as check
 
@@ -65,6 +71,7 @@ def cmd_build_toy_base(a) -> None:
     check_expected(a.expect)
     prov = Provenance("build_toy_base", s, inputs={"train": a.train, "validation": a.validation},
                       seeds={"seed": s["seed"]}, params=s)
+    prov.expected = expected_map(a.expect)
     train, val = read_jsonl(a.train), read_jsonl(a.validation)
     keys = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size", "sft_steps",
             "sft_batch_size", "sft_lr", "seed", "forget_carry_rate")
@@ -92,6 +99,7 @@ def cmd_train(a) -> None:
     prov = Provenance("train", s, inputs={"train": a.train, "validation": a.validation,
                                           **({"base_model": a.base} if base_is_path else {})},
                       seeds={"seed": cfg.seed}, params=s)
+    prov.expected = expected_map(a.expect)
     trainer = Trainer(cfg, a.base, read_jsonl(a.train), read_jsonl(a.validation), Path(a.state_dir), a.threads)
     if not base_is_path:  # a hub id: record the commit whose weights were loaded
         prov.add_external("base_model", f"{a.base}@{trainer.base_revision or 'unknown revision'}")
@@ -138,6 +146,7 @@ def cmd_evaluate(a) -> None:
     check_expected(a.expect)
     prov = Provenance("evaluate", {**s, "setting": a.setting}, inputs={**inputs, "data": a.data},
                       seeds={"seed": s.get("seed", 0)}, params=s)
+    prov.expected = expected_map(a.expect)
     cot = {k: s[k] for k in COT_KEYS if k in s} or None  # the grid's (or the run's) CoT settings
     result = evaluate(model_path, read_jsonl(a.data), a.setting, s["n_samples"], s["cot_max_tokens"],
                       s["answer_max_tokens"], s.get("batch_size", 64), s.get("seed", 0), s.get("dtype", "float32"),
@@ -195,6 +204,7 @@ def cmd_evaluate_loglik(a) -> None:
     model_path, inputs = _model_to_evaluate(a)
     check_expected(a.expect)
     prov = Provenance("evaluate_loglik", s, inputs={**inputs, "data": a.data}, params=s)
+    prov.expected = expected_map(a.expect)
     rows = read_jsonl(a.data, required=("id", "context", "choices", "label"))
     result = evaluate_loglik(model_path, rows, s.get("batch_size", 32), s.get("dtype", "float32"), a.threads)
     if not inputs:

@@ -167,6 +167,7 @@ class Provenance:
         self.config = config
         # the settings exactly as the rule passed them: a downstream job checks it (check_expected)
         self.params_hash = None if params is None else config_hash(params)
+        self.expected: dict[str, str] = {}  # upstream path -> the settings hash the config gave it (audit)
         self.seeds = seeds or {}
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.inputs = {name: {"path": _rel(p), "sha256": sha256_path(p)} for name, p in (inputs or {}).items()
@@ -188,6 +189,7 @@ class Provenance:
             "config": self.config,
             "config_hash": config_hash(self.config),
             "params_hash": self.params_hash,
+            "expected_inputs": self.expected,
             "inputs": self.inputs,
             "external_inputs": self.external,
             "seeds": self.seeds,
@@ -219,6 +221,11 @@ def sidecar_path(path: str | os.PathLike) -> Path:
 
 class StaleInput(RuntimeError):
     """An upstream output was made from other settings than the current config gives it."""
+
+
+def expected_map(expected: list[str]) -> dict[str, str]:
+    """'PATH=HASH' items -> {path: hash} (recorded in the consumer's provenance for the audit)."""
+    return {_rel(path): want for path, _, want in (item.rpartition("=") for item in expected)}
 
 
 def check_expected(expected: list[str]) -> None:
@@ -285,6 +292,7 @@ def audit(path: str | os.PathLike, _depth: int = 0, _seen: set | None = None) ->
                  f"{rec.get('finished')}  {rec.get('device', {}).get('name')}")
     for name, ref in rec.get("external_inputs", {}).items():
         lines.append(f"{pad}  {name}: external {ref}")
+    expected = rec.get("expected_inputs") or {}
     for name, inp in rec.get("inputs", {}).items():
         p = Path(inp["path"])
         if not p.exists():
@@ -294,6 +302,12 @@ def audit(path: str | os.PathLike, _depth: int = 0, _seen: set | None = None) ->
         now = sha256_path(p)
         if now != inp["sha256"]:
             lines.append(f"{pad}  {name}: CHANGED {inp['path']} (recorded {inp['sha256'][:12]}, now {now[:12]})")
+            problems += 1
+        want = expected.get(inp["path"]) or expected.get(p.as_posix())
+        made = (read_record(p) or {}).get("params_hash")
+        if want and made != want:
+            lines.append(f"{pad}  {name}: STALE {inp['path']} was made with settings {made}, the config of this "
+                         f"job gave it {want}")
             problems += 1
         sub, sub_problems = audit(p, _depth + 1, seen)
         lines.extend(sub)
