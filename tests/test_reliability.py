@@ -186,7 +186,10 @@ def test_a_stale_upstream_output_is_refused(tmp_path):
 def test_an_unreadable_base_model_is_named(name, monkeypatch):
     from softtokens.modeling import ModelLoadError, load_model, load_tokenizer
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub id on a node without internet
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub id on a node without internet (read at import,
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # hence the constant too)
     for load in (load_model, load_tokenizer):
         with pytest.raises(ModelLoadError, match=name):
             load(name)
