@@ -31,7 +31,7 @@ demo-ablations: setup
 	$(BIN)/snakemake --cores $(CORES)
 	$(BIN)/snakemake --cores $(CORES) --config grid=toy-ablations
 
-# the toy for a few hundred steps at a paper-like learning rate, 3 seeds (about an hour on 2 cores)
+# the toy for a few hundred steps at a paper-like learning rate, 3 seeds (estimated: about an hour on 2 cores)
 demo-long: setup
 	$(BIN)/snakemake --cores $(CORES) --config grid=toy-long
 
