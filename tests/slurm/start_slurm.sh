@@ -43,10 +43,14 @@ PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
 slurmctld
 slurmd
-cat "$state/slurmctld.pid" "$state/slurmd.pid" "$state/munge/munged.pid" > "$state/pids" 2>/dev/null || true
+pids() {  # the daemons write their PID files once up: read them again at every look
+  cat "$state/slurmctld.pid" "$state/slurmd.pid" "$state/munge/munged.pid" > "$state/pids" 2>/dev/null || true
+}
 for _ in $(seq 1 60); do
-  if sinfo -h -o "%T" 2>/dev/null | grep -qE "idle|mixed"; then echo ready; exit 0; fi
+  pids
+  if sinfo -h -o "%T" 2>/dev/null | grep -qE "idle|mixed"; then sleep 1; pids; echo ready; exit 0; fi
   sleep 1
 done
+pids
 echo "the node never became idle:"; sinfo 2>&1; tail -20 "$state/log/slurmctld.log" "$state/log/slurmd.log"
 exit 1
