@@ -59,3 +59,23 @@ def assert_same_loss_and_gradients(model, rollout, sigma, reference, adv):
     for name, p in model.named_parameters():
         assert torch.allclose(ours[name], p.grad, rtol=1e-6, atol=1e-7 * p.grad.abs().max().item() + 1e-12), name
     model.zero_grad()
+
+
+def stepwise(model, rollout, i):
+    """Row ``i`` of a recorded rollout, step by step, with a fresh cache-less forward over its
+    unpadded prefix (the definition: no batching, padding or slicing tricks): yields (step, phase,
+    token fed, final hidden state before that step). Soft / fuzzy CoT steps feed the recorded
+    input, every other step its token's embedding."""
+    from softtokens.generation import COT
+
+    emb = model.get_input_embeddings()
+    inputs = [emb(rollout.prompt_ids[i][rollout.prompt_mask[i].bool()])]
+    for s in range(rollout.step_ids.shape[1]):
+        x = torch.cat(inputs, 0).unsqueeze(0)
+        h = model.model(inputs_embeds=x, attention_mask=torch.ones(x.shape[:2], dtype=torch.long)).last_hidden_state
+        phase, tok = int(rollout.step_phase[i, s]), rollout.step_ids[i, s]
+        yield s, phase, tok, h[0, -1]
+        if phase == COT and rollout.setting.mode != "hard":
+            inputs.append(rollout.noisy_inputs[i, s].unsqueeze(0).to(emb.weight.dtype))
+        else:
+            inputs.append(emb(tok.view(1)))

@@ -13,7 +13,7 @@ from softtokens.modeling import embedding_scale
 from softtokens.rloo import (gaussian_log_prob, placement_gaussian, rloo_advantages, rloo_loss,
                              token_log_prob)
 
-from conftest import assert_same_loss_and_gradients, make_tiny_model
+from conftest import assert_same_loss_and_gradients, make_tiny_model, stepwise
 
 PLACEMENTS = [("fuzzy", Placement("hidden")), ("soft", Placement("hidden")), ("fuzzy", Placement("logits")),
               ("soft", Placement("logits")), ("soft", Placement("logits", 5))]
@@ -42,21 +42,14 @@ def reference(model, rollout, sigma, answer_temperature):
     at a CoT step, the quantity the placement noises (final hidden state, logits, or the top-k
     logits at the recorded ids), the rollout's noise on it, the input that noised distribution
     gives (checked against what the rollout fed), and the Gaussian term around the replayed value."""
-    emb = model.get_input_embeddings()
-    E, W = emb.weight, model.get_output_embeddings().weight
+    E, W = model.get_input_embeddings().weight, model.get_output_embeddings().weight
     where, k = rollout.placement
     tau = rollout.setting.temperature
     totals = []
     for i in range(rollout.step_ids.shape[0]):
-        prompt = rollout.prompt_ids[i][rollout.prompt_mask[i].bool()]
-        inputs = [emb(prompt)]
         total = torch.zeros((), dtype=torch.float64)
-        for s in range(rollout.step_ids.shape[1]):
-            phase = int(rollout.step_phase[i, s])
-            x = torch.cat(inputs, 0).unsqueeze(0)
-            h = model.model(inputs_embeds=x, attention_mask=torch.ones(x.shape[:2], dtype=torch.long)).last_hidden_state[0, -1]
+        for s, phase, tok, h in stepwise(model, rollout, i):
             logits = h @ W.T
-            tok = rollout.step_ids[i, s]
             if phase == COT:
                 if where == "hidden":
                     mean = h
@@ -74,11 +67,8 @@ def reference(model, rollout, sigma, answer_temperature):
                 assert torch.allclose(fed, rollout.noisy_inputs[i, s].double(), atol=1e-6), (where, k, s)
                 assert int(tok) == int(z.argmax())  # the shadow token: the noised distribution's mode
                 total = total + gaussian_log_prob(noised, mean, sigma)
-                inputs.append(rollout.noisy_inputs[i, s].unsqueeze(0).to(E.dtype))
-                continue
-            if phase == ANSWER:
+            elif phase == ANSWER:
                 total = total + token_log_prob(logits, tok, answer_temperature)
-            inputs.append(emb(tok.view(1)))
         totals.append(total)
     return torch.stack(totals)
 
@@ -208,3 +198,32 @@ def test_placement_config_and_sigma_rules(tiny_model):
     assert scale.sigma(0.5, "logits") == pytest.approx(
         0.5 * g.pow(2).mean().sqrt().item() * scale.dim ** 0.5 * W.pow(2).mean().sqrt().item(), rel=1e-5)
     assert scale.sigma(0.5) == pytest.approx(0.5 * scale.rms_coordinate)
+
+
+@pytest.mark.parametrize("mode,placement", [("fuzzy", Placement("hidden")), ("fuzzy", Placement("logits")),
+                                            ("soft", Placement("logits", 5))], ids=str)
+def test_placements_train_at_the_papers_precision(base, toy_rows, tmp_path, mode, placement):
+    """The paper grid's path for the ablations grid: float32 master weights and AdamW, bf16 rollouts
+    and update pass. Each step passes the replay check (argmax bound), its loss is finite, every
+    weight moves, and the run records its noise."""
+    from safetensors.torch import load_file
+
+    from softtokens.training import TrainConfig, Trainer
+
+    cfg = TrainConfig(mode=mode, seed=1, lr=6e-6, prompts_per_step=2, samples_per_prompt=4, steps=2, warmup_steps=1,
+                      cot_max_tokens=10, answer_max_tokens=4, val_every=2, val_size=6, micro_batch_size=4,
+                      param_dtype="float32", compute_dtype="bfloat16", noise_placement=placement.where,
+                      noise_top_k=placement.top_k, soft_temperature=1.0 if placement.top_k else 0.5)
+    trainer = Trainer(cfg, str(base / "model"), toy_rows["train"], toy_rows["validation"], tmp_path / "_resume")
+    trainer.run()
+    trainer.finish(tmp_path / "checkpoints", tmp_path / "metrics.jsonl")
+    steps = [m for m in trainer.metrics if m["kind"] == "train"]
+    assert len(steps) == 2 and all(torch.isfinite(torch.tensor([m["loss"], m["grad_norm"], m["cot_logp"]])).all()
+                                   for m in steps)
+    assert all(m["replay_argmax_mismatch"] <= cfg.replay_argmax_mismatch_max for m in steps)
+    assert trainer.noise["placement"] == placement.where and trainer.noise["top_k"] == placement.top_k
+    before = load_file(base / "model" / "model.safetensors")
+    after = load_file(tmp_path / "checkpoints" / "latest" / "model.safetensors")
+    assert all(after[k].dtype == torch.float32 for k in after)
+    moved = sum(bool((after[k] != before[k].float()).any()) for k in after)
+    assert moved == len(after), f"{moved} of {len(after)} tensors moved"

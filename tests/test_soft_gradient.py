@@ -8,35 +8,26 @@ from softtokens.data import format_prompt
 from softtokens.generation import ANSWER, COT, INFERENCE_SETTINGS, CotEngine, CotSetting
 from softtokens.rloo import gaussian_log_prob, rloo_loss, rollout_log_probs, token_log_prob
 
-from conftest import assert_same_loss_and_gradients, make_tiny_model
+from conftest import assert_same_loss_and_gradients, make_tiny_model, stepwise
 
 
 def reference_log_probs(model, rollout, sigma, answer_temperature):
     """Recompute every step's log-prob with a fresh, cache-less forward over the unpadded
     prefix: the definition, with no batching, padding or slicing tricks."""
-    emb = model.get_input_embeddings()
-    E = emb.weight
+    E, W = model.get_input_embeddings().weight, model.get_output_embeddings().weight
     setting = rollout.setting
     totals = []
     for i in range(rollout.step_ids.shape[0]):
-        prompt = rollout.prompt_ids[i][rollout.prompt_mask[i].bool()]
-        inputs = [emb(prompt)]
         total = torch.zeros((), dtype=torch.float64)
-        for s in range(rollout.step_ids.shape[1]):
-            phase = int(rollout.step_phase[i, s])
-            x = torch.cat(inputs, 0).unsqueeze(0)
-            logits = model(inputs_embeds=x, attention_mask=torch.ones(x.shape[:2], dtype=torch.long)).logits[0, -1]
-            tok = rollout.step_ids[i, s]
+        for s, phase, tok, h in stepwise(model, rollout, i):
+            logits = h @ W.T
             if phase == COT and setting.mode != "hard":
                 mean = torch.softmax(logits / setting.temperature, -1) @ E
                 total = total + gaussian_log_prob(rollout.noisy_inputs[i, s], mean, sigma)
-                inputs.append(rollout.noisy_inputs[i, s].unsqueeze(0))
-                continue
-            if phase == COT:
+            elif phase == COT:
                 total = total + token_log_prob(logits, tok, setting.temperature)
             elif phase == ANSWER:
                 total = total + token_log_prob(logits, tok, answer_temperature)
-            inputs.append(emb(tok.view(1)))
         totals.append(total)
     return torch.stack(totals)
 

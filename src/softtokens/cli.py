@@ -12,17 +12,11 @@ import sys
 from pathlib import Path
 
 
-def expected_map(expected) -> dict:
-    from softtokens.provenance import expected_map as to_map
-
-    return to_map(expected or [])
-
-
-def check_expected(expected) -> None:
+def check_expected(expected) -> dict:
     from softtokens.provenance import StaleInput, check_expected as check
 
     try:
-        check(expected or [])
+        return check(expected or [])
     except StaleInput as err:
         raise SystemExit(f"stale input: {err}") from None
 
@@ -68,10 +62,10 @@ def cmd_build_toy_base(a) -> None:
     from softtokens.generation import CotEngine, INFERENCE_SETTINGS
 
     s = _settings(a.settings)
-    check_expected(a.expect)
+    expected = check_expected(a.expect)
     prov = Provenance("build_toy_base", s, inputs={"train": a.train, "validation": a.validation},
                       seeds={"seed": s["seed"]}, params=s)
-    prov.expected = expected_map(a.expect)
+    prov.expected = expected
     train, val = read_jsonl(a.train), read_jsonl(a.validation)
     keys = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size", "sft_steps",
             "sft_batch_size", "sft_lr", "seed", "forget_carry_rate")
@@ -93,13 +87,13 @@ def cmd_train(a) -> None:
     from softtokens.training import TrainConfig, Trainer
 
     s = _settings(a.settings)
-    check_expected(a.expect)
+    expected = check_expected(a.expect)
     cfg = TrainConfig.from_settings(s)
     base_is_path = Path(a.base).exists()
     prov = Provenance("train", s, inputs={"train": a.train, "validation": a.validation,
                                           **({"base_model": a.base} if base_is_path else {})},
                       seeds={"seed": cfg.seed}, params=s)
-    prov.expected = expected_map(a.expect)
+    prov.expected = expected
     trainer = Trainer(cfg, a.base, read_jsonl(a.train), read_jsonl(a.validation), Path(a.state_dir), a.threads)
     if not base_is_path:  # a hub id: record the commit whose weights were loaded
         prov.add_external("base_model", f"{a.base}@{trainer.base_revision or 'unknown revision'}")
@@ -143,10 +137,10 @@ def cmd_evaluate(a) -> None:
 
     s = _settings(a.settings)
     model_path, inputs = _model_to_evaluate(a)
-    check_expected(a.expect)
+    expected = check_expected(a.expect)
     prov = Provenance("evaluate", {**s, "setting": a.setting}, inputs={**inputs, "data": a.data},
                       seeds={"seed": s.get("seed", 0)}, params=s)
-    prov.expected = expected_map(a.expect)
+    prov.expected = expected
     cot = {k: s[k] for k in COT_KEYS if k in s} or None  # the grid's (or the run's) CoT settings
     result = evaluate(model_path, read_jsonl(a.data), a.setting, s["n_samples"], s["cot_max_tokens"],
                       s["answer_max_tokens"], s.get("batch_size", 64), s.get("seed", 0), s.get("dtype", "float32"),
@@ -202,9 +196,9 @@ def cmd_evaluate_loglik(a) -> None:
 
     s = _settings(a.settings)
     model_path, inputs = _model_to_evaluate(a)
-    check_expected(a.expect)
+    expected = check_expected(a.expect)
     prov = Provenance("evaluate_loglik", s, inputs={**inputs, "data": a.data}, params=s)
-    prov.expected = expected_map(a.expect)
+    prov.expected = expected
     rows = read_jsonl(a.data, required=("id", "context", "choices", "label"))
     result = evaluate_loglik(model_path, rows, s.get("batch_size", 32), s.get("dtype", "float32"), a.threads)
     if not inputs:

@@ -352,7 +352,8 @@ class _DecodeRun:
         self.eps = torch.zeros(slots, cot_max, dim, device=dev) if self.noisy_embedding else None
         self.row_keys = torch.zeros(slots, **long)  # each row's seed: its counter-noise key
         # the final hidden state that produced the current logits (hidden placement)
-        self.hidden = torch.zeros(slots, dim, dtype=self.W32.dtype, device=dev) if self.placement.where == "hidden" else None
+        self.hidden = (torch.zeros(slots, dim, dtype=self.W32.dtype, device=dev)
+                       if self.noisy and self.placement.where == "hidden" else None)
         # per-step records; column S is where finished rows write (discarded)
         self.out_ids = torch.full((slots, S + 1), engine.pad_id, **long)
         self.out_phase = torch.full((slots, S + 1), DONE, dtype=torch.int8, device=dev)
@@ -541,9 +542,9 @@ class _DecodeRun:
         update pass draws it again instead of storing it."""
         where, k = self.placement
         if where == "hidden":
-            h = self.hidden
-            if self.noisy:
-                h = h + self.sigma * counter_normal(self.row_keys, cot_idx, self.dim)
+            if not self.noisy:  # W h is the current logits: no second projection
+                return logits, None
+            h = self.hidden + self.sigma * counter_normal(self.row_keys, cot_idx, self.dim)
             return output_logits(self.model, h, weight=self.W32), None
         if k:
             values, ids = logits.topk(k, dim=-1)

@@ -54,13 +54,13 @@ def upstream_jobs(eval_path: str | Path, keys: dict, has_toy_base: bool = True) 
     """Job ids a result file depends on (rule/wildcards, as the benchmark files are named)."""
     p = Path(eval_path)
     model, bench = keys["model"], keys["benchmark"]
-    trained = p.parent.parent.name
+    run = eval_run(keys)
+    trained = "base" if run is None else run.trained
     jobs = ([f"evaluate_loglik/{model}/{trained}/{bench}"] if p.stem == "loglik"
             else [f"evaluate/{model}/{trained}/{bench}/{p.stem}"])
     jobs += [f"prepare_data/{bench}", f"prepare_benchmark/{bench}"]
-    if keys["train_mode"] != "none":
-        run = eval_run(keys).wildcards
-        jobs += [f"train/{run}", f"select/{run}", f"prepare_data/{keys['train_dataset']}"]
+    if run is not None:
+        jobs += [f"train/{run.wildcards}", f"select/{run.wildcards}", f"prepare_data/{run.dataset}"]
     if has_toy_base:
         jobs.append(f"build_toy_base/{model}")
     return jobs

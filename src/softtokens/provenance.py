@@ -228,7 +228,7 @@ def expected_map(expected: list[str]) -> dict[str, str]:
     return {_rel(path): want for path, _, want in (item.rpartition("=") for item in expected)}
 
 
-def check_expected(expected: list[str]) -> None:
+def check_expected(expected: list[str]) -> dict[str, str]:
     """Refuse upstream outputs made from other settings than the current config's. ``expected``:
     'PATH=HASH' items, HASH the config_hash of the settings the workflow would give the job that
     makes PATH now. Why: Snakemake remakes an output whose rule parameters changed only if its
@@ -245,6 +245,7 @@ def check_expected(expected: list[str]) -> None:
             raise StaleInput(
                 f"{path} was made by {rec.get('stage')} with settings {got}, but the current config gives "
                 f"{want}: it is stale. Remake it: `snakemake --forcerun {rec.get('stage')}` (or delete it and rerun)")
+    return expected_map(expected)  # recorded by the job that checked them (Provenance.expected)
 
 
 def read_record(path: str | os.PathLike) -> dict | None:

@@ -316,12 +316,12 @@ class Trainer:
 
         r = rewards.view(cfg.prompts_per_step, cfg.samples_per_prompt)
         cot_mask = rollout.step_phase == 0
-        (n_correct, n_boxed, n_timeouts, cot_len, n_stopped, ent_sum, ent_count, loss_sum, cot_lp_sum,
+        (n_correct, n_boxed, n_timeouts, cot_len, n_stopped, ent_sum, ent_count, cot_lp_sum,
          ans_lp_sum) = self.dp.sum([sum(g.correct for g in graded), sum(g.boxed for g in graded),
                                     sum(g.timed_out for g in graded),
                                     rollout.cot_len.float().sum().item(), rollout.stopped.float().sum().item(),
-                                    rollout.cot_entropy.sum().item(), cot_mask.sum().item(), loss_sum, cot_lp_sum,
-                                    ans_lp_sum])
+                                    rollout.cot_entropy.sum().item(), cot_mask.sum().item(), cot_lp_sum, ans_lp_sum])
+        loss_sum = total_loss  # summed over processes before the update
         return {
             "kind": "train", "step": step + 1,
             "reward": r.mean().item(), "reward_std": r.std(dim=1).mean().item(),
