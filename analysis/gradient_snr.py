@@ -23,7 +23,8 @@ from softtokens.training import TrainConfig
 
 def grads(model, rollout, adv, sigma, which):
     model.zero_grad(set_to_none=True)
-    cot, ans = rollout_log_probs(model, rollout, sigma, 1.0, None)
+    replay = rollout_log_probs(model, rollout, sigma, 1.0, None)
+    cot, ans = replay.cot, replay.answer
     lp = {"cot": cot, "answer": ans, "all": cot + ans}[which]
     rloo_loss(lp, adv, len(adv)).backward()
     emb = model.get_input_embeddings().weight

@@ -134,3 +134,31 @@ def test_chunked_update_pass_in_bf16_compute(monkeypatch, toy_tokenizer, toy_row
     for x, y in zip(ga, gb):
         assert x.dtype == torch.float32
         torch.testing.assert_close(x, y, atol=1e-3 * y.abs().max().item() + 1e-6, rtol=2e-2)
+
+
+def test_near_ties_and_the_softmax_jacobian_scale_are_counted():
+    """The fuzzy-spike diagnostic (README, "Why fuzzy training spikes"): a CoT step is a near tie when
+    its mixture's second weight is >= 1 % of its first (top-two logits within tau ln 100), and the
+    largest p1 p2 / tau over CoT steps is reported. Logits are set by hand: W = I, logits = h."""
+    from softtokens.generation import EMBEDDING, CotSetting
+    from softtokens.rloo import _chunk_terms
+
+    tau, v = 1e-4, 4
+    gaps = [0.0, 10 * tau, 2 * tau, 0.0]   # top-two gaps of steps 0..3; step 3 is an answer step
+    h = torch.zeros(1, 4, v, dtype=torch.float64)
+    for s, gap in enumerate(gaps):
+        h[0, s, :2] = torch.tensor([1.0, 1.0 - gap])
+    emb = torch.randn(v, 3, dtype=torch.float64)
+    is_cot = torch.tensor([[True, True, True, False]])
+    out = _chunk_terms(h, torch.eye(v, dtype=torch.float64), emb, torch.zeros(1, 4, dtype=torch.long), is_cot, ~is_cot,
+                       torch.randn(1, 4, 3, dtype=torch.float64), None, None, None,
+                       setting=CotSetting("fuzzy", tau, 0.33), sigma=0.1, answer_temperature=1.0, gaussian_scale=1.0,
+                       placement=EMBEDDING, first_step=0)
+    ties, jacobian_max = out[4], out[5]
+    assert int(ties) == 2  # steps 0 and 2; step 1 (ratio e^-10) is not one, step 3 is not a CoT step
+    assert float(jacobian_max) == pytest.approx(0.25 / tau)
+    # the scale is the softmax Jacobian's: d p1 / d z1 = p1 p2 / tau for two live tokens
+    z = h[0, 2].clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(torch.softmax(z / tau, -1)[0], z)
+    p = torch.softmax(h[0, 2] / tau, -1)
+    assert g[0].item() == pytest.approx((p[0] * p[1] / tau).item(), rel=1e-9)

@@ -129,3 +129,89 @@ def test_one_source_of_cot_settings_for_training_validation_and_evaluation(base,
     result = evaluate(str(base / "model"), rows, "soft_sample", 2, 6, 2, 4, seed=0, cot=cot)
     assert (result["temperature"], result["noise_factor"]) == (0.7, 1.0)
     assert evaluate(str(base / "model"), rows, "soft_greedy", 2, 6, 2, 4, seed=0)["temperature"] == 0.5
+
+
+def test_relative_clipping_bounds_each_step_by_the_median_of_the_previous_norms(base, toy_rows, tmp_path, monkeypatch):
+    """max_grad_norm_ratio k clips a step's gradient to k x the median norm (before clipping) of the
+    previous grad_norm_window steps, once GRAD_NORM_HISTORY_MIN exist; a resumed run clips as an
+    unbroken one (the history is its metrics), and clipping changes the run (README, "Why fuzzy
+    training spikes")."""
+    import statistics
+
+    from softtokens import training
+    from softtokens.rewards import Grade
+    from softtokens.training import GRAD_NORM_HISTORY_MIN
+
+    # the untrained tiny base never boxes an answer, so every reward ties and no step has a gradient:
+    # a grader that pays for completions of even length (deterministic) gives every step one
+    monkeypatch.setattr(training, "grade", lambda completion, gold, timeout: Grade(True, len(completion) % 2 == 0))
+    settings = {**CFG, "mode": "fuzzy", "lr": 1e-5, "prompts_per_step": 4, "steps": 8, "val_every": 100,
+                "max_grad_norm_ratio": 0.5, "grad_norm_window": 3}
+    cfg = TrainConfig(**settings)
+    straight = train_rows(run_in_process(base, toy_rows, tmp_path / "straight", cfg).metrics)
+    for i, m in enumerate(straight):
+        history = [p["grad_norm"] for p in straight[:i] if p["grad_norm"] > 0][-3:]  # steps with a gradient
+        if len(history) < min(GRAD_NORM_HISTORY_MIN, 3):
+            assert m["grad_clip"] is None and not m["clipped"]
+        else:
+            assert m["grad_clip"] == pytest.approx(0.5 * statistics.median(history))
+            assert m["clipped"] == (m["grad_norm"] > m["grad_clip"])
+    assert any(m["clipped"] for m in straight)
+    assert all(m["jacobian_max"] >= 0 and m["near_ties"] >= 0 for m in straight)
+
+    run_in_process(base, toy_rows, tmp_path / "resumed", cfg, crash_at=6)
+    resumed = train_rows(run_in_process(base, toy_rows, tmp_path / "resumed", cfg).metrics)
+    for x, y in zip(straight, resumed):
+        assert (x["grad_clip"] is None) == (y["grad_clip"] is None)
+        assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-5)
+        if x["grad_clip"] is not None:
+            assert x["grad_clip"] == pytest.approx(y["grad_clip"], rel=1e-5)
+
+    unclipped = train_rows(run_in_process(base, toy_rows, tmp_path / "unclipped",
+                                          TrainConfig(**{**settings, "max_grad_norm_ratio": 0.0})).metrics)
+    assert all(m["grad_clip"] is None for m in unclipped)
+    first = next(i for i, m in enumerate(straight) if m["clipped"])
+    assert straight[first]["grad_norm"] == pytest.approx(unclipped[first]["grad_norm"], rel=1e-5)  # same until then
+    assert straight[-1]["loss"] != pytest.approx(unclipped[-1]["loss"], rel=1e-6)
+
+
+def test_steps_without_a_gradient_are_not_part_of_the_clipping_history():
+    """A step whose rewards all tied has a zero gradient; counting it would drag the median to 0 and
+    clip the next real gradient away."""
+    from types import SimpleNamespace
+
+    cfg = TrainConfig(mode="fuzzy", seed=0, lr=1.0, max_grad_norm_ratio=2.0, grad_norm_window=4)
+    history = lambda norms: SimpleNamespace(cfg=cfg, metrics=[{"kind": "train", "grad_norm": x} for x in norms]
+                                            + [{"kind": "validation", "step": 0}])
+    assert Trainer.clip_threshold(history([5.0, 0.0, 0.0, 0.0])) == float("inf")  # one step with a gradient
+    assert Trainer.clip_threshold(history([1.0, 0.0, 3.0, 9.0, 0.0, 5.0])) == pytest.approx(2.0 * 4.0)
+    assert Trainer.clip_threshold(history([1.0, 100.0, 3.0, 9.0, 5.0])) == pytest.approx(2.0 * 7.0)  # last 4
+    both = TrainConfig(mode="fuzzy", seed=0, lr=1.0, max_grad_norm=3.0, max_grad_norm_ratio=2.0, grad_norm_window=4)
+    assert Trainer.clip_threshold(SimpleNamespace(cfg=both, metrics=history([4.0] * 4).metrics)) == 3.0
+
+
+def test_group_clipping_bounds_the_embedding_and_the_rest_each_by_its_own_history(base, toy_rows, tmp_path,
+                                                                                 monkeypatch):
+    """grad_clip_groups: embedding_rest: the ratio bounds E's gradient and the rest's each by k x the
+    median of that group's own previous norms; the whole gradient's norm is logged before clipping."""
+    import statistics
+
+    from softtokens import training
+    from softtokens.rewards import Grade
+
+    monkeypatch.setattr(training, "grade", lambda completion, gold, timeout: Grade(True, len(completion) % 2 == 0))
+    cfg = TrainConfig(**{**CFG, "mode": "fuzzy", "lr": 1e-5, "prompts_per_step": 4, "steps": 8, "val_every": 100,
+                         "max_grad_norm_ratio": 0.5, "grad_norm_window": 3, "grad_clip_groups": "embedding_rest"})
+    rows = train_rows(run_in_process(base, toy_rows, tmp_path, cfg).metrics)
+    clipped_any = False
+    for i, m in enumerate(rows):
+        assert m["grad_clip"] is None  # the ratio is the groups'
+        assert m["grad_norm"] == pytest.approx((m["grad_norm_embedding"] ** 2 + m["grad_norm_rest"] ** 2) ** 0.5, rel=1e-5)
+        for g in ("embedding", "rest"):
+            history = [p[f"grad_norm_{g}"] for p in rows[:i] if p[f"grad_norm_{g}"] > 0][-3:]
+            if len(history) < 3:
+                assert m[f"grad_clip_{g}"] is None
+            else:
+                assert m[f"grad_clip_{g}"] == pytest.approx(0.5 * statistics.median(history))
+                clipped_any |= m[f"grad_norm_{g}"] > m[f"grad_clip_{g}"]
+    assert clipped_any

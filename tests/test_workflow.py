@@ -39,9 +39,31 @@ def test_toy_grid_plan(tmp_path):
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc)
     assert counts["train"] == 6 and counts["select_checkpoint"] == 6
-    assert counts["evaluate"] == 7 * 6  # (base + 6 runs) x six settings
+    # (base + 6 runs), each writing its six settings' files in one job (evaluation.one_job_per_setting: false)
+    assert counts["evaluate"] == 7
     assert counts["evaluate_loglik"] == 7  # (base + 6 runs) x the synthetic multiple-choice set
     assert counts["prepare_data"] == 1 and counts["prepare_benchmark"] == 2 and counts["build_toy_base"] == 1
+
+
+def test_one_evaluate_job_per_setting_unless_the_grid_says_otherwise(tmp_path):
+    """The toy's evaluate job writes a model's six files (one process start-up); with
+    one_job_per_setting (the default, the paper grid's) each file is a job of its own."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    target = "results/toy/eval/toy/toyarith-soft-seed0/toyarith/hard_greedy.json"
+    args = ["-n", "-p", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile"]
+    together = snakemake(target, *args, str(ROOT / "config.yaml"))
+    assert together.returncode == 0, together.stderr
+    shell = [line for line in together.stdout.splitlines() if "softtokens evaluate " in line]
+    assert len(shell) == 1 and "--setting hard_greedy hard_sample soft_greedy soft_sample fuzzy_greedy fuzzy_sample" in shell[0]
+    assert shell[0].count("toyarith-soft-seed0/toyarith/") >= 6  # six --out files
+    config["grids"]["toy"]["evaluation"]["one_job_per_setting"] = True
+    cfg = tmp_path / "apart.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    apart = snakemake(target, *args, str(cfg))
+    assert apart.returncode == 0, apart.stderr
+    shell = [line for line in apart.stdout.splitlines() if "softtokens evaluate " in line]
+    assert len(shell) == 1 and "--setting hard_greedy --selected" in shell[0]
+    assert job_counts(apart)["evaluate"] == 1
 
 
 def test_evaluation_takes_the_cot_settings_of_its_grid_and_run(tmp_path):

@@ -32,7 +32,11 @@ DESCRIBE = {"mode": ("Training", lambda r: r["mode"].capitalize()),
             "placement": ("Noise Loc", lambda r: PLACEMENT_NAMES[r["placement"]]),
             "temperature": ("Temp", lambda r: f"{r['temperature']:g}"),
             "top_k": ("Top-k", lambda r: str(r["top_k"]) if r["top_k"] else "-"),
-            "noise_factor": ("Noise Factor", lambda r: f"{r['noise_factor']:g}")}
+            "noise_factor": ("Noise Factor", lambda r: f"{r['noise_factor']:g}"),
+            "clip_ratio": ("Clip (x median)", lambda r: f"{r['clip_ratio']:g}" if r.get("clip_ratio") else "-"),
+            "clip_groups": ("Clipped", lambda r: ("-" if not r.get("clip_ratio") else
+                                                  {"global": "whole gradient", "embedding_rest": "E and rest apart"}[
+                                                      r.get("clip_groups", "global")]))}
 NOT_RUN = "not yet run"
 # our table names -> the paper's (its default rows differ slightly between tables: read each from its own)
 PAPER_TABLE = {"noise_factor": "tab:scale", "temperature": "tab:temp", "placement": "tab:placement"}

@@ -136,21 +136,27 @@ def cmd_evaluate(a) -> None:
     from softtokens.rewards import GRADING_TIMEOUT_S
 
     s = _settings(a.settings)
+    if len(a.setting) != len(a.out):
+        raise SystemExit(f"evaluate: {len(a.setting)} --setting but {len(a.out)} --out; give one output per setting")
     model_path, inputs = _model_to_evaluate(a)
     expected = check_expected(a.expect)
-    prov = Provenance("evaluate", {**s, "setting": a.setting}, inputs={**inputs, "data": a.data},
-                      seeds={"seed": s.get("seed", 0)}, params=s)
-    prov.expected = expected
     cot = {k: s[k] for k in COT_KEYS if k in s} or None  # the grid's (or the run's) CoT settings
-    result = evaluate(model_path, read_jsonl(a.data), a.setting, s["n_samples"], s["cot_max_tokens"],
-                      s["answer_max_tokens"], s.get("batch_size", 64), s.get("seed", 0), s.get("dtype", "float32"),
-                      a.threads, s.get("grading_timeout_s", GRADING_TIMEOUT_S), cot=cot, placement=placement_of(s))
-    if not inputs:
-        prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
-    write_json(a.out, {**result, **_selection_record(a), "provenance": prov.record()})
-    print(f"{a.setting}: pass@1 {result['pass@1']:.3f}, pass@{result['n_samples']} "
-          f"{result['pass@k'][str(result['n_samples'])]:.3f}, grading time-outs {result['grading_timeouts']} "
-          f"({result['seconds']} s); sigma {result['sigma']:.4g}, set by {result['sigma_source']}")
+    rows = read_jsonl(a.data)
+    # several settings in one process (evaluation.one_job_per_setting: false) pay the start-up once;
+    # each file is what its own job would have written
+    for setting, out in zip(a.setting, a.out):
+        prov = Provenance("evaluate", {**s, "setting": setting}, inputs={**inputs, "data": a.data},
+                          seeds={"seed": s.get("seed", 0)}, params=s)
+        prov.expected = expected
+        result = evaluate(model_path, rows, setting, s["n_samples"], s["cot_max_tokens"],
+                          s["answer_max_tokens"], s.get("batch_size", 64), s.get("seed", 0), s.get("dtype", "float32"),
+                          a.threads, s.get("grading_timeout_s", GRADING_TIMEOUT_S), cot=cot, placement=placement_of(s))
+        if not inputs:
+            prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
+        write_json(out, {**result, **_selection_record(a), "provenance": prov.record()})
+        print(f"{setting}: pass@1 {result['pass@1']:.3f}, pass@{result['n_samples']} "
+              f"{result['pass@k'][str(result['n_samples'])]:.3f}, grading time-outs {result['grading_timeouts']} "
+              f"({result['seconds']} s); sigma {result['sigma']:.4g}, set by {result['sigma_source']}", flush=True)
 
 
 def cmd_plan(a) -> None:
@@ -297,13 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument(arg, required=True)
     c.set_defaults(func=cmd_select)
 
-    c = sub.add_parser("evaluate", help="one model x benchmark x inference setting")
+    c = sub.add_parser("evaluate", help="one model x benchmark x inference setting (or several settings)")
     c.add_argument("--expect", nargs="*", default=[], metavar="PATH=HASH",
                    help="upstream outputs and the settings hash the current config gives them; a mismatch stops")
     c.add_argument("--settings", required=True)
-    c.add_argument("--setting", required=True)
+    c.add_argument("--setting", required=True, nargs="+", help="one or more inference settings")
     c.add_argument("--data", required=True)
-    c.add_argument("--out", required=True)
+    c.add_argument("--out", required=True, nargs="+", help="one output file per --setting, in order")
     _add_model_args(c)
     c.set_defaults(func=cmd_evaluate)
 

@@ -74,6 +74,16 @@ class DataParallel:
         dist.all_reduce(t)
         return t.tolist()
 
+    def max(self, values: list[float]) -> list[float]:
+        """Element-wise maximum of a list of numbers over processes."""
+        if self.world == 1:
+            return values
+        import torch.distributed as dist
+
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.tolist()
+
     def barrier(self) -> None:
         if self.world > 1:
             import torch.distributed as dist

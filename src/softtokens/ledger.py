@@ -56,8 +56,11 @@ def upstream_jobs(eval_path: str | Path, keys: dict, has_toy_base: bool = True) 
     model, bench = keys["model"], keys["benchmark"]
     run = eval_run(keys)
     trained = "base" if run is None else run.trained
+    # an evaluation file is its setting's job, or the job of all its model's settings
+    # (evaluation.one_job_per_setting: false: counted whole in each of its six cells, once in a
+    # table's union); only the one with a benchmark file is counted
     jobs = ([f"evaluate_loglik/{model}/{trained}/{bench}"] if p.stem == "loglik"
-            else [f"evaluate/{model}/{trained}/{bench}/{p.stem}"])
+            else [f"evaluate/{model}/{trained}/{bench}/{p.stem}", f"evaluate/{model}/{trained}/{bench}/all_settings"])
     jobs += [f"prepare_data/{bench}", f"prepare_benchmark/{bench}"]
     if run is not None:
         jobs += [f"train/{run.wildcards}", f"select/{run.wildcards}", f"prepare_data/{run.dataset}"]

@@ -25,6 +25,9 @@ from torch.utils.checkpoint import checkpoint
 
 # steps whose float32 logits the update pass holds at once (rollout_log_probs)
 LOGIT_CHUNK_STEPS = 64
+# a CoT step is a near tie when its mixture's second weight is at least this share of its first:
+# top-two logits within tau ln(100) ~ 4.6 tau (README, "Why fuzzy training spikes")
+TIE_RATIO = 1e-2
 
 
 def _float(t: torch.Tensor) -> torch.Tensor:
@@ -71,6 +74,8 @@ class Replay(NamedTuple):
     residual_sum: float         # sum over continuous CoT steps of ||h~ - h0_replay||^2 / (d sigma^2)
     argmax_mismatches: int      # CoT steps whose replayed argmax token differs from the rollout's
     cot_steps: int              # CoT steps in the batch
+    near_ties: int = 0          # embedding-noise CoT steps whose mixture's 2nd weight is >= TIE_RATIO x its 1st
+    jacobian_max: float = 0.0   # the largest p_(1) p_(2) / tau over them: the softmax Jacobian's top-two scale
 
 
 def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
@@ -130,7 +135,9 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     embedding_noise = continuous and rollout.placement.where == "embedding"
     residual_sum = float(sum(p[2] for p in parts)) * (-2.0 / hidden.shape[-1]) if embedding_noise else 0.0
     mismatches = int(sum(p[3] for p in parts)) if rollout.argmax_ids is not None else 0
-    return Replay(cot_lp, answer_lp, residual_sum, mismatches, int(is_cot.sum().item()))
+    ties = int(sum(p[4] for p in parts)) if embedding_noise else 0
+    jacobian_max = float(max(p[5] for p in parts)) if embedding_noise else 0.0
+    return Replay(cot_lp, answer_lp, residual_sum, mismatches, int(is_cot.sum().item()), ties, jacobian_max)
 
 
 def placement_gaussian(h, logits, placement, sigma: float, row_keys, topk_ids, first_step: int) -> torch.Tensor:
@@ -153,7 +160,8 @@ def placement_gaussian(h, logits, placement, sigma: float, row_keys, topk_ids, f
 
 def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, topk_ids, row_keys, *, setting, sigma,
                  answer_temperature, gaussian_scale, placement, first_step):
-    """(CoT log-prob, answer log-prob, sum of Gaussian terms, argmax mismatches) of a chunk of steps."""
+    """(CoT log-prob, answer log-prob, sum of Gaussian terms, argmax mismatches, near ties, largest
+    softmax-Jacobian scale) of a chunk of steps; the last two only under embedding noise."""
     from softtokens.generation import CONTINUOUS_MODES
     from softtokens.modeling import output_logits
 
@@ -161,6 +169,7 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, to
     answer_terms = token_log_prob(logits, step_ids, answer_temperature)
     answer_lp = torch.where(is_answer, answer_terms, 0.0).sum(-1)
     gauss_sum = logits.new_zeros(())
+    ties = jacobian_max = logits.new_zeros(())
     if setting.mode in CONTINUOUS_MODES and placement.where != "embedding":
         gauss = placement_gaussian(h, logits, placement, sigma, row_keys, topk_ids, first_step)
         cot_terms = gaussian_scale * gauss
@@ -170,10 +179,15 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, to
         cot_terms = gaussian_scale * gauss
         # -2 sigma^2 log N / (d sigma^2) = ||h~ - h0||^2 / (d sigma^2): ~1 when the replay's h0 is the rollout's
         gauss_sum = torch.where(is_cot, gauss.detach(), 0.0).sum()
+        # d h0 / d logits = (diag p - p p^T) E / tau: near a tie of the top two weights it is ~ p1 p2 / tau
+        # (2500 at tau = 1e-4), elsewhere ~ 0 at a fuzzy temperature; a diagnostic, without gradients
+        top2 = probs.detach().topk(2, dim=-1).values
+        ties = (is_cot & (top2[..., 1] >= TIE_RATIO * top2[..., 0])).sum()
+        jacobian_max = torch.where(is_cot, top2[..., 0] * top2[..., 1], 0.0).max() / setting.temperature
     elif setting.temperature == answer_temperature:
         cot_terms = answer_terms  # same distribution: one log-softmax, not two
     else:
         cot_terms = token_log_prob(logits, step_ids, setting.temperature)
     cot_lp = torch.where(is_cot, cot_terms, 0.0).sum(-1)
     mismatches = (is_cot & (logits.detach().argmax(-1) != argmax_ids)).sum() if argmax_ids is not None else 0
-    return cot_lp, answer_lp, gauss_sum, mismatches
+    return cot_lp, answer_lp, gauss_sum, mismatches, ties, jacobian_max

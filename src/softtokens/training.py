@@ -21,6 +21,7 @@ import random
 import shutil
 import signal
 import socket
+import statistics
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -60,6 +61,7 @@ class Interrupted(RuntimeError):
 
 
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1")
+GRAD_NORM_HISTORY_MIN = 5  # steps of gradient norms before max_grad_norm_ratio clips
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,9 @@ class TrainConfig:
     lr_schedule: str = "cosine"
     warmup_steps: int = 20
     max_grad_norm: float = 0.0         # 0 = no clipping
+    max_grad_norm_ratio: float = 0.0   # k > 0: clip to k x the median norm of the previous grad_norm_window steps
+    grad_norm_window: int = 50
+    grad_clip_groups: str = "global"   # "embedding_rest": the ratio bounds E and the rest each by its own history
     cot_max_tokens: int = 128
     answer_max_tokens: int = 32
     hard_temperature: float = PAPER_COT["hard_temperature"]    # the CoT keys (config.COT_KEYS):
@@ -262,9 +267,10 @@ class Trainer:
         rng = random.Random(row_seed(self.cfg.seed, step, -1))
         return rng.sample(self.train_rows, self.cfg.prompts_per_step)
 
-    def train_step(self, step: int) -> dict:
+    def rollouts(self, step: int):
+        """This process's rollouts of a step, their grades, every row's reward and this process's
+        advantages, and the global row count: the part of a step before the update pass."""
         cfg = self.cfg
-        t0 = time.time()
         problems = self.prompts_for_step(step)
         prompts = [format_prompt(p["question"]) for p in problems for _ in range(cfg.samples_per_prompt)]
         seeds = [row_seed(cfg.seed, step, b, g) for b in range(cfg.prompts_per_step) for g in range(cfg.samples_per_prompt)]
@@ -273,33 +279,51 @@ class Trainer:
         mine = self.dp.shard(n)  # this process's rows (all of them with one process)
         rollout = self.engine.generate(prompts[mine], cfg.cot_setting, self.sigma, seeds[mine], cfg.cot_max_tokens,
                                        cfg.answer_max_tokens, cfg.answer_temperature, placement=cfg.placement)
-        t1 = time.time()
+        rollout_s = time.time()
         graded = [grade(c, g, cfg.grading_timeout_s) for c, g in zip(rollout.completions, golds[mine])]
         my_rewards = torch.tensor([reward_of_grade(g, cfg.reward_correct, cfg.reward_boxed_wrong, cfg.reward_no_box)
                                    for g in graded], device=self.device)
         rewards = self.dp.gather_rows(my_rewards, n)  # the leave-one-out baseline needs all G of a prompt
         adv = rloo_advantages(rewards.view(cfg.prompts_per_step, cfg.samples_per_prompt)).flatten()[mine]
-        t2 = time.time()
+        return rollout, graded, rewards, adv, n, rollout_s
 
+    def accumulate_gradients(self, rollout, adv: torch.Tensor, n: int) -> dict:
+        """The update pass: the RLOO loss of this process's rows, micro-batch by micro-batch, into the
+        gradients; returns its sums (this process's) for the step's metrics and checks."""
+        cfg = self.cfg
         self.policy.train()
-        local_n = len(graded)
-        loss_sum, cot_lp_sum, ans_lp_sum, residual_sum, mismatches, cot_steps = 0.0, 0.0, 0.0, 0.0, 0, 0
-        for start in range(0, local_n, cfg.micro_batch_size):
-            idx = slice(start, min(local_n, start + cfg.micro_batch_size))
+        sums = dict(loss=0.0, cot_lp=0.0, answer_lp=0.0, residual=0.0, mismatches=0, cot_steps=0, near_ties=0,
+                    jacobian_max=0.0)
+        for start in range(0, len(adv), cfg.micro_batch_size):
+            idx = slice(start, min(len(adv), start + cfg.micro_batch_size))
             replay = self.policy(rollout.rows(idx), self.sigma, cfg.answer_temperature, self.engine.vocab_rows,
                                  self.gaussian_scale)
             loss = rloo_loss(replay.cot + replay.answer, adv[idx], n)  # divided by the global row count
             loss.backward()  # FSDP reduce-scatters in float32 into the float32 gradient shards
-            loss_sum += loss.item()
-            cot_lp_sum += replay.cot.detach().sum().item()
-            ans_lp_sum += replay.answer.detach().sum().item()
-            residual_sum += replay.residual_sum
-            mismatches += replay.argmax_mismatches
-            cot_steps += replay.cot_steps
+            sums["loss"] += loss.item()
+            sums["cot_lp"] += replay.cot.detach().sum().item()
+            sums["answer_lp"] += replay.answer.detach().sum().item()
+            sums["residual"] += replay.residual_sum
+            sums["mismatches"] += replay.argmax_mismatches
+            sums["cot_steps"] += replay.cot_steps
+            sums["near_ties"] += replay.near_ties
+            sums["jacobian_max"] = max(sums["jacobian_max"], replay.jacobian_max)
+        return sums
+
+    def train_step(self, step: int) -> dict:
+        cfg = self.cfg
+        t0 = time.time()
+        rollout, graded, rewards, adv, n, t1 = self.rollouts(step)
+        t2 = time.time()
+        sums = self.accumulate_gradients(rollout, adv, n)
+        loss_sum, cot_lp_sum, ans_lp_sum = sums["loss"], sums["cot_lp"], sums["answer_lp"]
+        residual_sum, mismatches, cot_steps = sums["residual"], sums["mismatches"], sums["cot_steps"]
+        near_ties, jacobian_max = sums["near_ties"], sums["jacobian_max"]
         (residual_sum, mismatches, cot_steps) = self.dp.sum([residual_sum, mismatches, cot_steps])
         replay_stats = self._check_replay(step, residual_sum, mismatches, cot_steps)  # before the update
-        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.policy.parameters()),
-                                                   cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+        (near_ties,) = self.dp.sum([near_ties])
+        (jacobian_max,) = self.dp.max([jacobian_max])
+        grad_norm, group_norms, bounds = self._clip_gradients()
         (total_loss,) = self.dp.sum([loss_sum])
         if not (math.isfinite(total_loss) and math.isfinite(_scalar(grad_norm))):
             self.opt.zero_grad(set_to_none=True)
@@ -332,10 +356,54 @@ class Trainer:
             "entropy": ent_sum / max(1.0, ent_count),
             "loss": loss_sum, "cot_logp": cot_lp_sum / n, "answer_logp": ans_lp_sum / n,
             **replay_stats,
-            "grad_norm": _scalar(grad_norm), "lr": self.sched.get_last_lr()[0],
+            "grad_norm": _scalar(grad_norm), "grad_clip": None if math.isinf(bounds["all"]) else bounds["all"],
+            "clipped": bool(_scalar(grad_norm) > bounds["all"]),
+            **{f"grad_norm_{g}": n for g, n in group_norms.items()},
+            **{f"grad_clip_{g}": None if math.isinf(b) else b for g, b in bounds.items() if g != "all"},
+            "near_ties": int(near_ties), "jacobian_max": jacobian_max,
+            "lr": self.sched.get_last_lr()[0],
             "seconds_rollout": round(t1 - t0, 3), "seconds_reward": round(t2 - t1, 3),
             "seconds_update": round(t3 - t2, 3),
         }
+
+    def _clip_gradients(self) -> tuple[torch.Tensor, dict[str, float], dict[str, float]]:
+        """Clip the accumulated gradients; return the whole norm before clipping, the norm of each
+        group (the input embedding E, the rest) before clipping, and the bounds applied ("all": the
+        whole gradient's). With grad_clip_groups: embedding_rest, max_grad_norm_ratio bounds each
+        group by its own history instead of the whole: fuzzy spikes land on the rest, whose usual
+        norm is ~1 % of E's (README, "Why fuzzy training spikes")."""
+        cfg = self.cfg
+        params = list(self.policy.parameters())
+        emb = self.policy.lm.get_input_embeddings().weight
+        groups = {"embedding": [emb], "rest": [p for p in params if p is not emb]}
+        by_group = cfg.grad_clip_groups == "embedding_rest"
+        bounds, norms = {}, {}
+        for name, ps in groups.items():
+            bound = self.clip_threshold(f"grad_norm_{name}", absolute=False) if by_group else float("inf")
+            norms[name] = _scalar(torch.nn.utils.clip_grad_norm_(ps, bound))  # an infinite bound leaves it as is
+            if by_group:
+                bounds[name] = bound
+        # the whole gradient: max_grad_norm, and the ratio too unless the groups took it
+        bounds["all"] = self.clip_threshold("grad_norm", with_ratio=not by_group)
+        total = torch.nn.utils.clip_grad_norm_(params, bounds["all"])  # the whole norm (after any group clipping)
+        if by_group:
+            total = torch.tensor(math.sqrt(sum(n * n for n in norms.values())))  # before clipping
+        return total, norms, bounds
+
+    def clip_threshold(self, key: str = "grad_norm", with_ratio: bool = True, absolute: bool = True) -> float:
+        """A gradient-norm bound: max_grad_norm (``absolute``), and max_grad_norm_ratio x the median
+        of ``key`` (a norm before clipping) over the previous grad_norm_window steps with a gradient,
+        once GRAD_NORM_HISTORY_MIN of them exist (or the window, if smaller).
+        The history is the run's metrics, reloaded on resume, so a resumed run clips as an unbroken one."""
+        cfg = self.cfg
+        bounds = [cfg.max_grad_norm] if absolute and cfg.max_grad_norm > 0 else []
+        if with_ratio and cfg.max_grad_norm_ratio > 0:
+            # steps whose rewards all tied have no gradient: they are not part of the history
+            past = [m[key] for m in self.metrics if m["kind"] == "train" and m.get(key, 0) > 0]
+            past = past[-cfg.grad_norm_window:]
+            if len(past) >= min(GRAD_NORM_HISTORY_MIN, cfg.grad_norm_window):
+                bounds.append(cfg.max_grad_norm_ratio * statistics.median(past))
+        return min(bounds, default=float("inf"))
 
     def _check_replay(self, step: int, residual_sum: float, mismatches: float, cot_steps: float) -> dict:
         """Replay residual (soft/fuzzy: mean over CoT steps of ||h~ - h0_replay||^2 / (d sigma^2),

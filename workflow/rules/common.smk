@@ -151,10 +151,14 @@ REPRODUCTION = [f"{RESULTS}/report/{name}" for name in (
 
 
 def report_targets():
-    if ABLATIONS:  # an ablation grid: its appendix tables and figures (the main ones are its reused grid's)
-        return ablation_targets()
-    return [f"{RESULTS}/tables/main.md", *settings_table_targets(), *ood_table_targets(), *figure_targets(),
+    main = [f"{RESULTS}/tables/main.md", *settings_table_targets(), *ood_table_targets(), *figure_targets(),
             *figure_targets("pdf"), *REPRODUCTION]
+    if not ABLATIONS:
+        return main
+    # an ablation grid: its appendix tables and figures; its main tables too when it has results of its
+    # own (toy-long), not when it shares the reused grid's (toy-ablations, ablations: theirs are that grid's)
+    own_results = REUSED is None or GRID["results"] != REUSED["results"]
+    return [*(main if own_results else []), *ablation_targets()]
 
 
 # ---------------------------------------------------------------- ablation grids
@@ -228,7 +232,8 @@ def ablation_settings(wildcards):
             rl = cell_rl(config, GRID_NAME, model, dataset, variant)
             rows.append({"arm": arm, "mode": mode, "variant": variant, "noise_factor": rl["noise_factor"],
                          "temperature": rl[f"{mode}_temperature"], "placement": rl["noise_placement"],
-                         "top_k": rl["noise_top_k"]})
+                         "top_k": rl["noise_top_k"], "clip_ratio": rl.get("max_grad_norm_ratio", 0.0),
+                         "clip_groups": rl.get("grad_clip_groups", "global")})
         tables[name] = {"title": spec.get("title", name), "rows": rows, "base": bool(spec.get("base")),
                         "describe": spec.get("describe", ["mode", "placement", "temperature", "top_k", "noise_factor"])}
     return json.dumps({"grid": GRID_NAME, "model": model, "dataset": dataset, "toy": "toy_base" in GRID,

@@ -1,24 +1,51 @@
-rule evaluate:
-    input:
-        model=eval_model_input,
-        data=f"{RESULTS}/data/{{benchmark}}/test.jsonl",
-    output:
-        result=paths.eval_pattern(RESULTS),
-    params:
-        expect=eval_expect,
-        settings=eval_settings,
-        model_arg=eval_model_arg,
-    threads: job_threads("evaluate")
-    resources:
-        **job_resources("evaluate"),
-    conda:
-        "../../envs/softtokens.yaml"
-    log:
-        f"{RESULTS}/logs/evaluate/{{model}}/{{trained}}/{{benchmark}}/{{setting}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/evaluate/{{model}}/{{trained}}/{{benchmark}}/{{setting}}.tsv"
-    shell:
-        "python -m softtokens evaluate --settings {params.settings:q} {params.expect} --setting {wildcards.setting} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1"
+if EVAL.get("one_job_per_setting", True):
+
+    rule evaluate:
+        input:
+            model=eval_model_input,
+            data=f"{RESULTS}/data/{{benchmark}}/test.jsonl",
+        output:
+            result=paths.eval_pattern(RESULTS),
+        params:
+            expect=eval_expect,
+            settings=eval_settings,
+            model_arg=eval_model_arg,
+        threads: job_threads("evaluate")
+        resources:
+            **job_resources("evaluate"),
+        conda:
+            "../../envs/softtokens.yaml"
+        log:
+            f"{RESULTS}/logs/evaluate/{{model}}/{{trained}}/{{benchmark}}/{{setting}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/evaluate/{{model}}/{{trained}}/{{benchmark}}/{{setting}}.tsv"
+        shell:
+            "python -m softtokens evaluate --settings {params.settings:q} {params.expect} --setting {wildcards.setting} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1"
+
+else:  # one job writes a model's files for every setting (a CPU grid: the start-up is most of a job)
+
+    rule evaluate:
+        input:
+            model=eval_model_input,
+            data=f"{RESULTS}/data/{{benchmark}}/test.jsonl",
+        output:
+            results=expand(paths.eval_pattern(RESULTS), setting=EVAL["settings"], allow_missing=True),
+        params:
+            expect=eval_expect,
+            settings=eval_settings,
+            model_arg=eval_model_arg,
+            names=" ".join(EVAL["settings"]),
+        threads: job_threads("evaluate")
+        resources:
+            **job_resources("evaluate"),
+        conda:
+            "../../envs/softtokens.yaml"
+        log:
+            f"{RESULTS}/logs/evaluate/{{model}}/{{trained}}/{{benchmark}}/all_settings.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/evaluate/{{model}}/{{trained}}/{{benchmark}}/all_settings.tsv"
+        shell:
+            "python -m softtokens evaluate --settings {params.settings:q} {params.expect} --setting {params.names} {params.model_arg} --data {input.data} --out {output.results} --threads {threads} > {log} 2>&1"
 
 
 rule evaluate_loglik:
