@@ -11,11 +11,16 @@ $(BIN)/activate:
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
-# The torch spec goes in the same pip command as everything else, so pip never
-# resolves an unpinned torch (which would download gigabytes of CUDA wheels).
+# uv installs and byte-compiles everything in about 50 s where pip took 2 min (a third of the
+# demo's 10 minutes). uv does not read pip's configuration, so pip's find-links (where a machine
+# keeps wheels, e.g. this one's CPU torch) is handed on. The torch spec goes in the same command
+# as everything else, so the resolver never picks an unpinned torch (gigabytes of CUDA wheels).
+FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+
 $(VENV)/.installed: pyproject.toml | $(BIN)/activate
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "$(TORCH_SPEC)" -e ".[test]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv>=0.5"
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
+		$(foreach d,$(FIND_LINKS),--find-links $(d)) "$(TORCH_SPEC)" -e ".[test]"
 	touch $@
 
 setup: $(VENV)/.installed

@@ -57,10 +57,18 @@ class SlotKVCache:
             K[slots, :, :width] = key.gather(2, index).to(K.dtype)
             V[slots, :, :width] = value.gather(2, index).to(V.dtype)
             return key, value  # the prompt attends to itself only
-        # one index_copy_ per tensor: (slot, head) rows of the flattened cache at each slot's length
-        heads = K.shape[1]
-        flat = ((self.rows * heads).unsqueeze(1) + torch.arange(heads, device=K.device)).flatten() * self.max_len \
+        return self.write_decode(layer_idx, key, value, self.decode_index(K.shape[1]))
+
+    def decode_index(self, heads: int) -> torch.Tensor:
+        """Where a decode step writes: the (slot, head) rows of the flattened cache at each slot's
+        length. The same for every layer of a step, so a caller may compute it once per step."""
+        return ((self.rows * heads).unsqueeze(1) + torch.arange(heads, device=self.device)).flatten() * self.max_len \
             + self.lengths.repeat_interleave(heads)
+
+    def write_decode(self, layer_idx: int, key: torch.Tensor, value: torch.Tensor, flat: torch.Tensor):
+        """One decode position's (N, Hk, 1, D) keys and values at ``flat`` (decode_index), one
+        index_copy_ per tensor; returns the layer's cache up to the read window."""
+        K, V = self._buffers(layer_idx, key)
         K.view(-1, K.shape[-1]).index_copy_(0, flat, key.reshape(-1, key.shape[-1]).to(K.dtype))
         V.view(-1, V.shape[-1]).index_copy_(0, flat, value.reshape(-1, value.shape[-1]).to(V.dtype))
         return K[:, :, : self.window], V[:, :, : self.window]
