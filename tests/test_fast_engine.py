@@ -68,6 +68,45 @@ def test_fast_engine_equals_reference(model, toy_tokenizer, toy_rows, name):
 
 
 @pytest.mark.parametrize("name", ["hard_sample", "fuzzy_sample"])
+def test_repeated_prompts_are_prefilled_once(model, toy_tokenizer, toy_rows, name, monkeypatch):
+    """G samples of a prompt (training) or n samples of a problem (evaluation): the fast engine runs
+    the prompt's prefill once and copies its cache columns to the other slots; every row is the
+    reference loop's, which prefills each row."""
+    from softtokens import generation
+
+    setting = INFERENCE_SETTINGS[name]
+    distinct = _prompts(toy_rows["test"], 3)  # three lengths: left padding differs between them
+    prompts = [distinct[i] for i in (0, 1, 0, 2, 1, 0, 2, 0)]
+    seeds = list(range(20, 28))
+    prefill_rows = []
+    real = generation.decoder_hidden
+
+    def counting(model_, **inputs):
+        if "input_ids" in inputs:
+            prefill_rows.append(inputs["input_ids"].shape[0])
+        return real(model_, **inputs)
+
+    monkeypatch.setattr(generation, "decoder_hidden", counting)
+    args = (prompts, setting, _sigma(setting), seeds, 16, 4)
+    fast = CotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
+    assert prefill_rows == [3]
+    monkeypatch.setattr(generation, "decoder_hidden", real)
+    ref = ReferenceCotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
+    assert torch.equal(fast.step_ids, ref.step_ids) and torch.equal(fast.step_phase, ref.step_phase)
+    assert fast.completions == ref.completions
+    torch.testing.assert_close(fast.cot_entropy, ref.cot_entropy, atol=1e-5, rtol=0)
+    if fast.noisy_inputs is not None:
+        torch.testing.assert_close(fast.noisy_inputs, ref.noisy_inputs, atol=1e-5, rtol=0)
+
+
+def test_first_occurrences():
+    from softtokens.generation import _first_occurrences
+
+    assert _first_occurrences([[1, 2], [3], [1, 2], [3], [4]]) == ([0, 1, 4], [0, 1, 0, 1, 2])
+    assert _first_occurrences([[5]]) == ([0], [0])
+
+
+@pytest.mark.parametrize("name", ["hard_sample", "fuzzy_sample"])
 def test_fixed_shapes_and_check_interval_change_nothing(tiny_model, toy_tokenizer, toy_rows, name):
     """The CUDA-graph layout (attention over every cache column, masked) and a host look every 5
     steps give the windowed, every-step result."""

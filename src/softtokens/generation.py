@@ -389,14 +389,23 @@ class _DecodeRun:
                              f"{self.cache.max_len - self.max_steps - 1} prompt tokens")
         idx = torch.tensor(slots, dtype=torch.long, device=dev)
         real = prompt_mask.sum(1)
-        self.cache.begin_prefill(idx, prompt_ids.shape[1] - real)
-        pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
-        hidden = decoder_hidden(self.model, input_ids=prompt_ids, attention_mask=prefill_mask(prompt_mask, self.compute_dtype),
-                                position_ids=pos, past_key_values=self.cache, use_cache=True)
-        self.cache.end_prefill(real)
-        self.logits[idx] = output_logits(self.model, hidden[:, -1], weight=self.W32)
+        # a prompt repeated in the batch (G samples of a prompt in training, n samples of a problem
+        # in evaluation) is run once: its first slot is prefilled, the others copy its cache columns
+        first, inverse = _first_occurrences(prompt_ids.tolist())
+        src = torch.tensor(first, dtype=torch.long, device=dev)
+        u_ids, u_mask = prompt_ids[src], prompt_mask[src]
+        self.cache.begin_prefill(idx[src], prompt_ids.shape[1] - real[src])
+        pos = (u_mask.long().cumsum(-1) - 1).clamp(min=0)
+        hidden = decoder_hidden(self.model, input_ids=u_ids, attention_mask=prefill_mask(u_mask, self.compute_dtype),
+                                position_ids=pos, past_key_values=self.cache, use_cache=True)[:, -1]
+        self.cache.end_prefill(real[src])
+        if len(first) < len(slots):
+            inv = torch.tensor(inverse, dtype=torch.long, device=dev)
+            self.cache.copy_slots(idx, idx[src][inv], prompt_ids.shape[1])
+            hidden = hidden[inv]
+        self.logits[idx] = output_logits(self.model, hidden, weight=self.W32)
         if self.hidden is not None:
-            self.hidden[idx] = hidden[:, -1].to(self.hidden.dtype)
+            self.hidden[idx] = hidden.to(self.hidden.dtype)
         u_cot, u_ans, eps = self.engine._row_randomness(seeds, self.cot_max, self.answer_max, self.dim,
                                                         self.noisy_embedding)
         self.u_cot[idx], self.u_ans[idx] = u_cot, u_ans
@@ -582,6 +591,19 @@ class _DecodeRun:
                        argmax_ids=self.out_argmax[:, :used].clone(), placement=self.placement,
                        row_keys=self.row_keys.clone(),
                        topk_ids=None if self.out_topk is None else self.out_topk[:, :used].clone())
+
+
+def _first_occurrences(rows: list[list[int]]) -> tuple[list[int], list[int]]:
+    """(index of each distinct row's first occurrence, in order; each row's position in that list)."""
+    seen: dict[tuple[int, ...], int] = {}
+    first, inverse = [], []
+    for i, row in enumerate(rows):
+        key = tuple(row)
+        if key not in seen:
+            seen[key] = len(first)
+            first.append(i)
+        inverse.append(seen[key])
+    return first, inverse
 
 
 def _texts(tokenizer, ids: list[list[int]], phases: list[list[int]]) -> list[tuple[str, str]]:

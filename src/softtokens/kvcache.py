@@ -46,6 +46,14 @@ class SlotKVCache:
         self.lengths[slots] = real_lengths
         self._prefill = None
 
+    def copy_slots(self, dst: torch.Tensor, src: torch.Tensor, width: int) -> None:
+        """Slots ``dst`` take the first ``width`` cache columns and the lengths of slots ``src``
+        (a repeated prompt prefilled once)."""
+        for layer in self.keys:
+            self.keys[layer][dst, :, :width] = self.keys[layer][src, :, :width]
+            self.values[layer][dst, :, :width] = self.values[layer][src, :, :width]
+        self.lengths[dst] = self.lengths[src]
+
     # ---------------------------------------------------------------- the attention layers' call
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
         K, V = self._buffers(layer_idx, key)
