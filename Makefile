@@ -36,7 +36,8 @@ demo-ablations: setup
 	$(BIN)/snakemake --cores $(CORES)
 	$(BIN)/snakemake --cores $(CORES) --config grid=toy-ablations
 
-# the toy for a few hundred steps at a paper-like learning rate, 3 seeds (estimated: about an hour on 2 cores)
+# the toy for 300 steps at a paper-like learning rate, 3 seeds, and two clipping remedies for fuzzy
+# (15 runs, ~3 h of job time: about 1.5 h on 2 cores; hard/soft/fuzzy alone about an hour)
 demo-long: setup
 	$(BIN)/snakemake --cores $(CORES) --config grid=toy-long
 
