@@ -112,7 +112,7 @@ class DecodeForward:
         cos, sin = self.cos[positions].unsqueeze(1), self.sin_signed[positions].unsqueeze(1)  # (N, 1, D)
         mask = cache.decode_mask(x.dtype).view(n, 1, 1, -1)  # (N, 1, 1, W)
         write_at = cache.decode_index(Hk)
-        same_dtype = x.dtype == torch.float32
+        float32 = x.dtype == torch.float32  # softmax is float32 already: no cast back
         h = x
         for i, w in enumerate(self.weights):
             r = _rms_norm(h, w.norm1, w.eps1)
@@ -124,7 +124,7 @@ class DecodeForward:
             K, V = cache.write_decode(i, k.unsqueeze(2), v.unsqueeze(2), write_at)  # (N, Hk, W, D)
             scores = (q.view(n, Hk, H // Hk, D) @ K.transpose(-1, -2)) * self.scale + mask
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
-            if not same_dtype:
+            if not float32:
                 probs = probs.to(q.dtype)
             o = (probs @ V).reshape(n, H * D)
             h = h + F.linear(o, w.o, w.o_bias)

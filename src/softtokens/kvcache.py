@@ -56,8 +56,8 @@ class SlotKVCache:
 
     # ---------------------------------------------------------------- the attention layers' call
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
-        K, V = self._buffers(layer_idx, key)
         if self._prefill is not None:
+            K, V = self._buffers(layer_idx, key)
             slots, pad = self._prefill
             width = key.shape[2]
             cols = (torch.arange(width, device=key.device).unsqueeze(0) + pad.unsqueeze(1)).clamp(max=width - 1)
@@ -65,7 +65,7 @@ class SlotKVCache:
             K[slots, :, :width] = key.gather(2, index).to(K.dtype)
             V[slots, :, :width] = value.gather(2, index).to(V.dtype)
             return key, value  # the prompt attends to itself only
-        return self.write_decode(layer_idx, key, value, self.decode_index(K.shape[1]))
+        return self.write_decode(layer_idx, key, value, self.decode_index(key.shape[1]))
 
     def decode_index(self, heads: int) -> torch.Tensor:
         """Where a decode step writes: the (slot, head) rows of the flattened cache at each slot's
