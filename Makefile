@@ -31,7 +31,7 @@ demo: setup
 	$(BIN)/snakemake --report results/toy/report.html
 
 # the appendix ablations on the toy (not part of `demo`): the toy grid first (its runs are the
-# ablation tables' default rows, reused), then 12 variants x 2 seeds (about 45 min on 2 cores)
+# ablation tables' default rows, reused), then 12 variants x 2 seeds (about 30 min on 2 cores in all)
 demo-ablations: setup
 	$(BIN)/snakemake --cores $(CORES)
 	$(BIN)/snakemake --cores $(CORES) --config grid=toy-ablations

@@ -7,9 +7,10 @@
    Random weights never write the stop text, so every row decodes the whole CoT budget, the
    prefill and the answer: all three do the same number of decode steps. Median of --repeats runs,
    interleaved.
-2. Evaluation: useful tokens/s (steps of rows still running) when a finished row's slot takes the
-   next (problem, sample) vs waves of whole batches vs the previous engine's waves, on the trained
-   toy base (--toy-base, built by `make demo`), whose rows stop at different steps.
+2. Evaluation: useful tokens/s (steps of rows still running) when finished rows' slots take the
+   next (problem, sample) jobs (in groups, as the engine does, and one at a time) vs waves of
+   whole batches vs the previous engine's waves, on the trained toy base (--toy-base, built by
+   `make demo`), whose rows stop at different steps.
 3. One RL step on the toy base at the toy grid's settings: seconds per phase with each engine.
 4. On a GPU (--preset llama-3.2-3b): ms per decode step beside the memory-bandwidth bound
    (weights + KV cache read once per step, at the measured device copy bandwidth), and a profiler
@@ -155,15 +156,17 @@ def evaluation_throughput(toy_base: Path, a, dev) -> dict:
         s = INFERENCE_SETTINGS[setting]
         sigma = 0.01 if s.noise_factor else 0.0
         res = {}
-        for refill in (True, False):
+        # refill as the engine does it (freed slots admitted in groups of an eighth of the batch),
+        # refill of each freed slot at once, and waves of whole batches
+        for label, refill, admit_min in (("refill", True, None), ("refill_each", True, 1), ("waves", False, None)):
             box = {}
 
             def run():
-                box["rows"] = list(fast.stream(prompts, seeds, s, sigma, 48, 8, batch_size=a.batch, refill=refill))
+                box["rows"] = list(fast.stream(prompts, seeds, s, sigma, 48, 8, batch_size=a.batch, refill=refill,
+                                               admit_min=admit_min))
             t = statistics.median(timed(run, dev) for _ in range(a.repeats))
             useful = sum(r.step_ids.shape[0] for r in box["rows"])
-            res["refill" if refill else "waves"] = {"seconds": round(t, 3), "useful_tokens_per_s": round(useful / t, 1),
-                                                    **fast.stream_stats}
+            res[label] = {"seconds": round(t, 3), "useful_tokens_per_s": round(useful / t, 1), **fast.stream_stats}
 
         def previous():
             total = 0
@@ -175,6 +178,8 @@ def evaluation_throughput(toy_base: Path, a, dev) -> dict:
         t = statistics.median(timed(lambda: box.update(n=previous()), dev) for _ in range(a.repeats))
         res["previous_engine_waves"] = {"seconds": round(t, 3), "useful_tokens_per_s": round(box["n"] / t, 1)}
         res["refill_vs_waves"] = round(res["refill"]["useful_tokens_per_s"] / res["waves"]["useful_tokens_per_s"], 2)
+        res["refill_vs_refill_each"] = round(res["refill"]["useful_tokens_per_s"]
+                                             / res["refill_each"]["useful_tokens_per_s"], 2)
         res["refill_vs_previous"] = round(res["refill"]["useful_tokens_per_s"]
                                           / res["previous_engine_waves"]["useful_tokens_per_s"], 2)
         out[setting] = res
@@ -249,7 +254,8 @@ def gpu_bound(a, dev) -> dict:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", nargs="+", default=["toy", "llama-20m"], choices=["toy", "llama-20m"])
+    ap.add_argument("--models", nargs="*", default=["toy", "llama-20m"], choices=["toy", "llama-20m"],
+                    help="rollout throughput on these (none: only the evaluation and RL-step sections)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--cot", type=int, default=128)
     ap.add_argument("--answer", type=int, default=32)

@@ -10,7 +10,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from softtokens.data import STOP_TEXT, format_prompt
-from softtokens.generation import DONE, INFERENCE_SETTINGS, CotEngine, ends_with_stop
+from softtokens.generation import DONE, EMBEDDING, INFERENCE_SETTINGS, CotEngine, Placement, ends_with_stop
 from softtokens.reference_engine import ReferenceCotEngine
 from softtokens.rloo import rollout_log_probs
 from softtokens.stoprule import StopAutomaton
@@ -65,6 +65,24 @@ def test_fast_engine_equals_reference(model, toy_tokenizer, toy_rows, name):
         lp_ref = rollout_log_probs(model, ref, sigma, 1.0, len(toy_tokenizer))
     torch.testing.assert_close(lp_fast.cot, lp_ref.cot, atol=1e-5, rtol=1e-6)
     torch.testing.assert_close(lp_fast.answer, lp_ref.answer, atol=1e-5, rtol=1e-6)
+
+
+def test_reference_engine_takes_the_trainers_call(model, toy_tokenizer, toy_rows):
+    """The trainer calls ``engine.generate(..., placement=...)`` and benchmarks/rollout_speed.py
+    times an RL step with the reference loop in its place: the two take the same arguments, and
+    the reference refuses a noise placement it does not implement instead of ignoring it."""
+    import inspect
+
+    assert list(inspect.signature(ReferenceCotEngine.generate).parameters) == \
+        list(inspect.signature(CotEngine.generate).parameters)
+    ref = ReferenceCotEngine(model, toy_tokenizer)
+    args = (_prompts(toy_rows["test"], 2), INFERENCE_SETTINGS["soft_sample"], 0.1, [1, 2], 8, 2)
+    plain, explicit = ref.generate(*args), ref.generate(*args, placement=EMBEDDING)
+    assert torch.equal(plain.step_ids, explicit.step_ids) and torch.equal(plain.noisy_inputs, explicit.noisy_inputs)
+    with pytest.raises(NotImplementedError, match="embedding only"):
+        ref.generate(*args, placement=Placement("hidden"))
+    # hard tokens have no noise to place (as in the fast engine)
+    ref.generate(args[0], INFERENCE_SETTINGS["hard_sample"], 0.0, [1, 2], 8, 2, placement=Placement("hidden"))
 
 
 @pytest.mark.parametrize("name", ["hard_sample", "fuzzy_sample"])
@@ -122,15 +140,16 @@ def test_fixed_shapes_and_check_interval_change_nothing(tiny_model, toy_tokenize
 
 @pytest.mark.parametrize("name", ["hard_sample", "soft_sample"])
 def test_stream_with_refill_equals_one_batch(tiny_model, toy_tokenizer, toy_rows, name):
-    """Nine jobs through 3 slots (refilled as rows finish, 2 samples per problem) give each job
-    the row it gets in one big batch; without refill too."""
+    """Nine jobs through 3 slots (refilled as rows finish, one at a time or two at a time; 2
+    samples per problem) give each job the row it gets in one big batch; without refill too."""
     setting = INFERENCE_SETTINGS[name]
     prompts = [p for p in _prompts(toy_rows["test"], 5) for _ in range(2)][:9]
     seeds = list(range(100, 109))
     eng = CotEngine(tiny_model, toy_tokenizer)
     whole = eng.generate(prompts, setting, _sigma(setting), seeds, 20, 4)
-    for refill in (True, False):
-        rows = list(eng.stream(prompts, seeds, setting, _sigma(setting), 20, 4, batch_size=3, refill=refill))
+    for refill, admit_min in ((True, 1), (True, 2), (False, None)):
+        rows = list(eng.stream(prompts, seeds, setting, _sigma(setting), 20, 4, batch_size=3, refill=refill,
+                               admit_min=admit_min))
         assert sorted(r.job for r in rows) == list(range(9))
         for r in rows:
             t = r.step_ids.shape[0]
@@ -159,6 +178,43 @@ def test_refill_keeps_the_batch_full(tiny_model, toy_tokenizer, toy_rows):
     assert stats[True]["useful_steps"] == stats[False]["useful_steps"]
     assert stats[True]["decode_steps"] < stats[False]["decode_steps"]
     assert stats[True]["useful_steps"] / stats[True]["slot_steps"] > stats[False]["useful_steps"] / stats[False]["slot_steps"]
+
+
+def test_refill_admits_freed_slots_in_groups(tiny_model, toy_tokenizer, toy_rows, monkeypatch):
+    """Each admission runs a prefill forward: by default a stream of batch 16 waits until 2 slots
+    (an eighth) are free, or until every pending job fits, and admits them together. Fewer
+    admissions than one per freed slot, every admission but the first of at least that size, and
+    the same rows."""
+    from softtokens import generation
+
+    stopper = copy.deepcopy(tiny_model)
+    with torch.no_grad():  # an end-of-sequence logit large for about half the hidden states
+        direction = torch.nn.functional.normalize(torch.randn(32, generator=torch.Generator().manual_seed(0)), dim=0)
+        stopper.lm_head.weight[toy_tokenizer.eos_token_id] = 4.0 * direction
+    eng = CotEngine(stopper, toy_tokenizer)
+    prompts, seeds = _prompts(toy_rows["train"], 40), list(range(40))
+    sizes = []
+    real = generation._DecodeRun.admit
+
+    def counting(run, slots, *args):
+        sizes.append(len(slots))
+        return real(run, slots, *args)
+
+    monkeypatch.setattr(generation._DecodeRun, "admit", counting)
+    results, stats = {}, {}
+    for admit_min in (1, None):
+        sizes.clear()
+        rows = list(eng.stream(prompts, seeds, INFERENCE_SETTINGS["hard_sample"], 0.0, 12, 30,
+                               answer_temperature=1.0, batch_size=16, admit_min=admit_min))
+        results[admit_min] = {r.job: r.step_ids.tolist() for r in rows}
+        stats[admit_min] = (list(sizes), dict(eng.stream_stats))
+    one_by_one, grouped = stats[1][0], stats[None][0]
+    assert one_by_one[0] == grouped[0] == 16 and sum(one_by_one) == sum(grouped) == 40
+    assert min(one_by_one[1:]) == 1  # rows do end one at a time here
+    pending_after = [40 - sum(grouped[:i + 1]) for i in range(len(grouped))]
+    assert all(size >= min(2, pending + size) for size, pending in zip(grouped[1:], pending_after[1:]))
+    assert len(grouped) < len(one_by_one) and stats[None][1]["admissions"] == len(grouped)
+    assert results[None] == results[1]
 
 
 def test_stop_automaton_is_the_text_rule():

@@ -44,6 +44,7 @@ from softtokens.modeling import check_plain_output_head, decoder_hidden, float32
 from softtokens.stoprule import StopAutomaton
 
 COT, PREFILL, ANSWER, DONE = 0, 1, 2, 3
+REFILL_GROUPS = 8  # stream admits finished slots in groups of batch_size / REFILL_GROUPS
 CONTINUOUS_MODES = ("soft", "fuzzy")
 
 
@@ -273,30 +274,37 @@ class CotEngine:
     @torch.no_grad()
     def stream(self, prompts: list[str], seeds: list[int], setting: CotSetting, sigma: float, cot_max_tokens: int,
                answer_max_tokens: int, answer_temperature: float = 0.0, batch_size: int = 64,
-               refill: bool = True, placement: Placement = EMBEDDING) -> Iterator[RowResult]:
+               refill: bool = True, placement: Placement = EMBEDDING,
+               admit_min: int | None = None) -> Iterator[RowResult]:
         """Decode many (prompt, seed) jobs through ``batch_size`` slots, yielding each row as it
-        finishes (in finishing order; ``RowResult.job`` is its index). With ``refill`` a finished
-        slot takes the next pending job at once, so the batch stays full; without it, a new wave
-        starts when the whole batch has finished (the old behaviour, for comparison). A row's
-        result does not depend on which rows share its batch."""
+        finishes (in finishing order; ``RowResult.job`` is its index). With ``refill`` finished
+        slots take the next pending jobs once ``admit_min`` of them are free (default: an eighth
+        of the batch; or as many as there are pending jobs), so the batch stays nearly full;
+        without it, a new wave starts when the whole batch has finished (the old behaviour, for
+        comparison). Why not at once: every admission runs one prefill forward, and short CoTs end
+        a few rows at a time; admitting each as it ended cost more than the decode steps refill
+        saves (README, "Rollout engine"). A row's result does not depend on which rows share its
+        batch, nor on when it was admitted."""
         if len(prompts) != len(seeds):
             raise ValueError("one seed per prompt")
         if not prompts:
             return
         lengths = [len(x) for x in self.tokenizer(prompts)["input_ids"]]
         slots = min(batch_size, len(prompts))
+        admit_min = max(1, slots // REFILL_GROUPS if admit_min is None else admit_min)
         run = _DecodeRun(self, setting, sigma, cot_max_tokens, answer_max_tokens, answer_temperature,
                          slots=slots, max_prompt=max(lengths), record_inputs=False, placement=placement)
-        self.stream_stats = {"decode_steps": 0, "slot_steps": 0, "useful_steps": 0}
+        self.stream_stats = {"decode_steps": 0, "slot_steps": 0, "useful_steps": 0, "admissions": 0}
         pending = list(range(len(prompts)))[::-1]
         free = list(range(slots))
         holder: dict[int, int] = {}
         while True:
-            if free and pending and (refill or len(free) == slots):
+            if free and pending and (len(free) == slots or refill and len(free) >= min(admit_min, len(pending))):
                 take = [(free.pop(), pending.pop()) for _ in range(min(len(free), len(pending)))]
                 ids, mask = self.encode_prompts([prompts[j] for _, j in take])
                 run.admit([s for s, _ in take], ids, mask, [seeds[j] for _, j in take])
                 holder.update(take)
+                self.stream_stats["admissions"] += 1
             if not holder:
                 return
             run.steps(self.check_every)

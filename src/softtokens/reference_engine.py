@@ -11,19 +11,25 @@ from __future__ import annotations
 
 import torch
 
-from softtokens.generation import (ANSWER, COT, CONTINUOUS_MODES, DONE, PREFILL, CotEngine, CotSetting, Rollout, _texts,
-                                   ends_with_stop, probs_at_temperature, sample_tokens)
+from softtokens.generation import (ANSWER, COT, CONTINUOUS_MODES, DONE, EMBEDDING, PREFILL, CotEngine, CotSetting,
+                                   Placement, Rollout, _texts, ends_with_stop, probs_at_temperature, sample_tokens)
 from softtokens.metrics import entropy_from_logits
 from softtokens.modeling import decoder_hidden, float32_weights, output_logits
 
 
 class ReferenceCotEngine(CotEngine):
-    """Same constructor, same ``generate`` signature and result as CotEngine."""
+    """Same constructor, same ``generate`` signature and result as CotEngine (the trainer can run
+    on either: benchmarks/rollout_speed.py times an RL step with each). It implements the paper's
+    noise placement only (on the embedding); the others are the fast engine's alone."""
 
     @torch.no_grad()
     def generate(self, prompts: list[str], setting: CotSetting, sigma: float, seeds: list[int],
-                 cot_max_tokens: int, answer_max_tokens: int, answer_temperature: float = 0.0) -> Rollout:
+                 cot_max_tokens: int, answer_max_tokens: int, answer_temperature: float = 0.0,
+                 placement: Placement = EMBEDDING) -> Rollout:
         from transformers import DynamicCache
+
+        if setting.mode in CONTINUOUS_MODES and placement != EMBEDDING:
+            raise NotImplementedError(f"the reference loop puts the noise on the embedding only, not {placement}")
 
         model, E = self.model, self.embedding
         dev, n, dim = model.device, len(prompts), E.shape[1]
