@@ -160,13 +160,20 @@ def test_stream_with_refill_equals_one_batch(tiny_model, toy_tokenizer, toy_rows
             torch.testing.assert_close(r.cot_entropy, whole.cot_entropy[r.job, :t], atol=1e-5, rtol=0)
 
 
-def test_refill_keeps_the_batch_full(tiny_model, toy_tokenizer, toy_rows):
+@pytest.fixture
+def stopper(tiny_model, toy_tokenizer):
+    """The tiny model with an end-of-sequence logit large for about half the hidden states: its
+    rows end at different steps."""
+    model = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        direction = torch.nn.functional.normalize(torch.randn(32, generator=torch.Generator().manual_seed(0)), dim=0)
+        model.lm_head.weight[toy_tokenizer.eos_token_id] = 4.0 * direction
+    return model
+
+
+def test_refill_keeps_the_batch_full(stopper, toy_tokenizer, toy_rows):
     """Rows end at different steps; with refill the slots spend fewer decode steps idle (finished)
     and the stream takes fewer steps than waves of whole batches."""
-    stopper = copy.deepcopy(tiny_model)
-    with torch.no_grad():  # an end-of-sequence logit large for about half the hidden states
-        direction = torch.nn.functional.normalize(torch.randn(32, generator=torch.Generator().manual_seed(0)), dim=0)
-        stopper.lm_head.weight[toy_tokenizer.eos_token_id] = 4.0 * direction
     eng = CotEngine(stopper, toy_tokenizer)
     prompts, seeds = _prompts(toy_rows["test"], 12), list(range(12))
     stats = {}
@@ -180,17 +187,13 @@ def test_refill_keeps_the_batch_full(tiny_model, toy_tokenizer, toy_rows):
     assert stats[True]["useful_steps"] / stats[True]["slot_steps"] > stats[False]["useful_steps"] / stats[False]["slot_steps"]
 
 
-def test_refill_admits_freed_slots_in_groups(tiny_model, toy_tokenizer, toy_rows, monkeypatch):
+def test_refill_admits_freed_slots_in_groups(stopper, toy_tokenizer, toy_rows, monkeypatch):
     """Each admission runs a prefill forward: by default a stream of batch 16 waits until 2 slots
     (an eighth) are free, or until every pending job fits, and admits them together. Fewer
     admissions than one per freed slot, every admission but the first of at least that size, and
     the same rows."""
     from softtokens import generation
 
-    stopper = copy.deepcopy(tiny_model)
-    with torch.no_grad():  # an end-of-sequence logit large for about half the hidden states
-        direction = torch.nn.functional.normalize(torch.randn(32, generator=torch.Generator().manual_seed(0)), dim=0)
-        stopper.lm_head.weight[toy_tokenizer.eos_token_id] = 4.0 * direction
     eng = CotEngine(stopper, toy_tokenizer)
     prompts, seeds = _prompts(toy_rows["train"], 40), list(range(40))
     sizes = []
