@@ -187,14 +187,15 @@ def test_refill_keeps_the_batch_full(stopper, toy_tokenizer, toy_rows):
     assert stats[True]["useful_steps"] / stats[True]["slot_steps"] > stats[False]["useful_steps"] / stats[False]["slot_steps"]
 
 
-def test_refill_admits_freed_slots_in_groups(stopper, toy_tokenizer, toy_rows, monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_refill_admits_freed_slots_in_groups(stopper, toy_tokenizer, toy_rows, monkeypatch, dtype):
     """Each admission runs a prefill forward: by default a stream of batch 16 waits until 2 slots
     (an eighth) are free, or until every pending job fits, and admits them together. Fewer
     admissions than one per freed slot, every admission but the first of at least that size, and
-    the same rows."""
+    the same rows; in float32 and in the paper grid's bf16."""
     from softtokens import generation
 
-    eng = CotEngine(stopper, toy_tokenizer)
+    eng = CotEngine(stopper.to(dtype), toy_tokenizer)
     prompts, seeds = _prompts(toy_rows["train"], 40), list(range(40))
     sizes = []
     real = generation._DecodeRun.admit

@@ -299,7 +299,7 @@ class CotEngine:
         free = list(range(slots))
         holder: dict[int, int] = {}
         while True:
-            if free and pending and (len(free) == slots or refill and len(free) >= min(admit_min, len(pending))):
+            if free and pending and (len(free) == slots or (refill and len(free) >= min(admit_min, len(pending)))):
                 take = [(free.pop(), pending.pop()) for _ in range(min(len(free), len(pending)))]
                 ids, mask = self.encode_prompts([prompts[j] for _, j in take])
                 run.admit([s for s, _ in take], ids, mask, [seeds[j] for _, j in take])
@@ -411,6 +411,9 @@ class _DecodeRun:
             inv = torch.tensor(inverse, dtype=torch.long, device=dev)
             self.cache.copy_slots(idx, idx[src][inv], prompt_ids.shape[1])
             hidden = hidden[inv]
+        # the head over every slot's row, not once per distinct prompt: on the CPU a GEMM of one or
+        # two rows rounds differently from a wider one (MKL's small-matrix path; up to 3e-6 in the
+        # entropies), and the toy's evaluations are pinned to the head over the admitted batch
         self.logits[idx] = output_logits(self.model, hidden, weight=self.W32)
         if self.hidden is not None:
             self.hidden[idx] = hidden.to(self.hidden.dtype)

@@ -28,12 +28,11 @@ class ReferenceCotEngine(CotEngine):
                  placement: Placement = EMBEDDING) -> Rollout:
         from transformers import DynamicCache
 
-        if setting.mode in CONTINUOUS_MODES and placement != EMBEDDING:
-            raise NotImplementedError(f"the reference loop puts the noise on the embedding only, not {placement}")
-
         model, E = self.model, self.embedding
         dev, n, dim = model.device, len(prompts), E.shape[1]
         continuous = setting.mode in CONTINUOUS_MODES
+        if continuous and placement != EMBEDDING:
+            raise NotImplementedError(f"the reference loop puts the noise on the embedding only, not {placement}")
         # float32 views of the output projection and of E, made once per call (no copy in float32):
         # logits, the mixture p @ E and the Gaussian noise are float32 (README, "Precision")
         W32, E32 = float32_weights(model, self.vocab_rows, with_input=continuous)
