@@ -12,7 +12,11 @@
    whole batches vs the previous engine's waves, on the trained toy base (--toy-base, built by
    `make demo`), whose rows stop at different steps.
 3. One RL step on the toy base at the toy grid's settings: seconds per phase with each engine.
-4. On a GPU (--preset llama-3.2-3b): ms per decode step beside the memory-bandwidth bound
+4. A shared prefix (--shared-prefix): prompts whose preamble is many tokens, as a real tokenizer
+   splits the paper's (the toy tokenizer makes it one token), on the toy architecture: the
+   engine with the preamble prefilled once and read once per step vs the same engine without
+   (shared_prefix=None) vs HF ``generate``, in each setting.
+5. On a GPU (--preset llama-3.2-3b): ms per decode step beside the memory-bandwidth bound
    (weights + KV cache read once per step, at the measured device copy bandwidth), and a profiler
    table of the step.
 
@@ -34,9 +38,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from softtokens.data import format_prompt, toy_splits
 from softtokens.generation import DONE, INFERENCE_SETTINGS, CotEngine
-from softtokens.modeling import DTYPES
+from softtokens.modeling import DTYPES, train_toy_tokenizer
 from softtokens.reference_engine import ReferenceCotEngine
-from softtokens.toybase import build_toy_tokenizer
+from softtokens.toybase import _segments, build_toy_tokenizer
 
 ARCHITECTURES = {
     "toy": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
@@ -134,6 +138,56 @@ def rollout_throughput(name: str, a, dev) -> dict:
             row["fast_vs_previous"] = round(row["fast_tokens_per_s"] / row["previous_tokens_per_s"], 2)
         result["settings"][setting] = row
     return result
+
+
+def shared_prefix_throughput(a, dev) -> dict:
+    """Rollout tokens/s with the prompts' preamble shared (prefilled once, one read per step) and
+    not, on prompts shaped like the paper's: the toy BPE without its one-token preamble splits the
+    preamble into ~90 tokens and a question into ~50 (Llama-3's tokenizer: roughly 75 and 30-150)."""
+    rows = toy_splits(400, 1, a.batch, seed=0)
+    arch = ARCHITECTURES["toy"]
+    tok = train_toy_tokenizer(["".join(_segments(r)) for r in rows["train"][:2000]], arch["vocab"])
+    model = random_llama(arch, tok, a.dtype, dev)
+    prompts = [format_prompt(r["question"]) for r in rows["test"]][: a.batch]
+    seeds = list(range(a.batch))
+    engines = {"shared": CotEngine(model, tok), "unshared": CotEngine(model, tok, shared_prefix=None)}
+    lengths = [len(x) for x in tok(prompts)["input_ids"]]
+    shared = len(engines["shared"].shared_tokens(tok(prompts)["input_ids"]))
+    ids, mask = engines["shared"].encode_prompts(prompts)
+    steps = a.cot + engines["shared"].max_prefill + a.answer
+
+    def hf():
+        model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                       max_new_tokens=steps, min_new_tokens=steps, pad_token_id=tok.pad_token_id)
+
+    def ours(engine, setting):
+        out = engine.generate(prompts, INFERENCE_SETTINGS[setting], 0.01, seeds, a.cot, a.answer)
+        return int((out.step_phase != DONE).sum())
+
+    hf()
+    ours(engines["shared"], "hard_greedy")
+    times: dict[str, list[float]] = {"hf_generate": []}
+    tokens: dict[str, int] = {}
+    for _ in range(a.repeats):
+        times["hf_generate"].append(timed(hf, dev))
+        for setting in INFERENCE_SETTINGS:
+            for label, engine in engines.items():
+                box = {}
+                times.setdefault(f"{label}/{setting}", []).append(
+                    timed(lambda: box.update(n=ours(engine, setting)), dev))
+                tokens[f"{label}/{setting}"] = box["n"]
+    hf_tps = a.batch * steps / statistics.median(times["hf_generate"])
+    out = {"model": "toy", "batch": a.batch, "cot_tokens": a.cot, "answer_tokens": a.answer, "dtype": a.dtype,
+           "repeats": a.repeats, "prompt_tokens": [min(lengths), max(lengths)], "shared_tokens": shared,
+           "hf_generate_tokens_per_s": round(hf_tps, 1), "settings": {}}
+    for setting in INFERENCE_SETTINGS:
+        tps = {label: tokens[f"{label}/{setting}"] / statistics.median(times[f"{label}/{setting}"])
+               for label in engines}
+        out["settings"][setting] = {"shared_tokens_per_s": round(tps["shared"], 1),
+                                    "unshared_tokens_per_s": round(tps["unshared"], 1),
+                                    "shared_vs_unshared": round(tps["shared"] / tps["unshared"], 2),
+                                    "shared_vs_hf_generate": round(tps["shared"] / hf_tps, 2)}
+    return out
 
 
 def evaluation_throughput(toy_base: Path, a, dev) -> dict:
@@ -263,6 +317,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-previous", action="store_true", help="leave out the previous engine (slow)")
+    ap.add_argument("--shared-prefix", action="store_true",
+                    help="only the shared-prefix section (paper-shaped prompts on the toy architecture)")
     ap.add_argument("--toy-base", type=Path, default=Path("results/toy/models/toy"))
     ap.add_argument("--preset", choices=["llama-3.2-3b"], help="GPU: the bandwidth-bound comparison")
     ap.add_argument("--gpu-setting", default="soft_sample")
@@ -272,7 +328,10 @@ def main():
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     report = {"device": torch.cuda.get_device_name(0) if dev.type == "cuda" else f"cpu ({a.threads} threads)",
               "torch": torch.__version__}
-    if a.preset:
+    if a.shared_prefix:
+        report["shared_prefix"] = shared_prefix_throughput(a, dev)
+        print(json.dumps(report["shared_prefix"], indent=1))
+    elif a.preset:
         report["gpu_bound"] = gpu_bound(a, dev)
         print(json.dumps({k: v for k, v in report["gpu_bound"].items() if k != "profile"}, indent=1))
         print(report["gpu_bound"]["profile"])

@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from softtokens import generation
 from softtokens.data import STOP_TEXT, format_prompt
 from softtokens.generation import DONE, EMBEDDING, INFERENCE_SETTINGS, CotEngine, Placement, ends_with_stop
 from softtokens.reference_engine import ReferenceCotEngine
@@ -18,9 +19,21 @@ from softtokens.stoprule import StopAutomaton
 from conftest import make_tiny_model
 
 
-def _prompts(rows, k):
+# an instruction the toy tokenizer splits into dozens of tokens, as a real tokenizer splits the
+# paper's preamble (the toy's is one token): every prompt starts with it, so the engine prefills
+# it once and its decode attention reads it once per step (kvcache.py, decode_forward.py)
+LONG_HEAD = "Add the two numbers, carry the tens, and check the sum twice before you answer. "
+HEADS = {"template": None, "long": LONG_HEAD}
+
+
+def _prompts(rows, k, head=None):
     # different lengths: left padding in the reference, left-aligned slots in the fast engine
-    return [format_prompt(r["question"]) + " " * (i % 3) for i, r in enumerate(rows[:k])]
+    return [(head or "") + format_prompt(r["question"]) + " " * (i % 3) for i, r in enumerate(rows[:k])]
+
+
+def _engine(model, tok, head=None, **kw):
+    """The engine, told the prompts' shared head when there is one (the default is the template's)."""
+    return CotEngine(model, tok, **kw) if head is None else CotEngine(model, tok, shared_prefix=head, **kw)
 
 
 def _qwen_like(tok):
@@ -48,6 +61,46 @@ def test_fast_engine_equals_reference(model, toy_tokenizer, toy_rows, name):
     args = (prompts, setting, _sigma(setting), seeds, 24, 5)
     fast = CotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
     ref = ReferenceCotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
+    _assert_same_rollout(fast, ref, model, toy_tokenizer, setting)
+
+
+@pytest.mark.parametrize("name", list(INFERENCE_SETTINGS))
+def test_shared_prefix_equals_reference(model, toy_tokenizer, toy_rows, name):
+    """Prompts that start with a long shared instruction (a real tokenizer's preamble): the engine
+    prefills it once and its decode attention reads the one shared copy (a GEMM per KV head, the
+    Qwen2 model's 4 query heads on 1 KV head included); every row is still the reference loop's,
+    which prefills and attends over each row whole. Repeated prompts are prefilled once too."""
+    setting = INFERENCE_SETTINGS[name]
+    distinct = _prompts(toy_rows["test"], 5, LONG_HEAD)
+    prompts, seeds = distinct + distinct[:2], [3, 1, 4, 1, 5, 9, 2]
+    engine = _engine(model, toy_tokenizer, LONG_HEAD)
+    shared = engine.shared_tokens(toy_tokenizer(prompts)["input_ids"])
+    assert len(shared) >= generation.MIN_SHARED_TOKENS
+    assert toy_tokenizer.decode(shared) == LONG_HEAD  # the toy BPE keeps a space with the word before it
+    args = (prompts, setting, _sigma(setting), seeds, 24, 5)
+    fast = engine.generate(*args, answer_temperature=1.0)
+    ref = ReferenceCotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
+    _assert_same_rollout(fast, ref, model, toy_tokenizer, setting)
+
+
+def test_shared_tokens_are_what_every_prompt_starts_with(toy_tokenizer, tiny_model):
+    engine = _engine(tiny_model, toy_tokenizer, LONG_HEAD)
+    ids = engine.shared_ids
+    assert len(ids) > generation.MIN_SHARED_TOKENS + 2
+    question = toy_tokenizer("12 + 3?")["input_ids"]
+    assert engine.shared_tokens([ids + question, ids + question[:1]]) == ids
+    # one prompt leaves the head after 20 tokens: the common 20 are shared
+    assert engine.shared_tokens([ids + question, ids[:20] + question]) == ids[:20]
+    # each prompt keeps one token of its own
+    assert engine.shared_tokens([ids + question, ids]) == ids[:-1]
+    # under MIN_SHARED_TOKENS in common, or a prompt that does not start with the head: nothing
+    assert engine.shared_tokens([ids + question, ids[:5] + question]) == []
+    assert engine.shared_tokens([question + ids]) == []
+    assert _engine(tiny_model, toy_tokenizer).shared_tokens([ids + question]) == []  # the toy's one-token preamble
+    assert CotEngine(tiny_model, toy_tokenizer, shared_prefix=None).shared_tokens([ids + question]) == []
+
+
+def _assert_same_rollout(fast, ref, model, toy_tokenizer, setting):
     assert fast.step_ids.shape == ref.step_ids.shape
     assert torch.equal(fast.step_ids, ref.step_ids)
     assert torch.equal(fast.step_phase, ref.step_phase)
@@ -124,28 +177,32 @@ def test_first_occurrences():
     assert _first_occurrences([[5]]) == ([0], [0])
 
 
+@pytest.mark.parametrize("head", list(HEADS))
 @pytest.mark.parametrize("name", ["hard_sample", "fuzzy_sample"])
-def test_fixed_shapes_and_check_interval_change_nothing(tiny_model, toy_tokenizer, toy_rows, name):
+def test_fixed_shapes_and_check_interval_change_nothing(tiny_model, toy_tokenizer, toy_rows, name, head):
     """The CUDA-graph layout (attention over every cache column, masked) and a host look every 5
-    steps give the windowed, every-step result."""
-    setting = INFERENCE_SETTINGS[name]
-    args = (_prompts(toy_rows["test"], 5), setting, _sigma(setting), [7, 8, 9, 10, 11], 20, 4)
-    plain = CotEngine(tiny_model, toy_tokenizer).generate(*args, answer_temperature=1.0)
-    fixed = CotEngine(tiny_model, toy_tokenizer, check_every=5, fixed_shapes=True).generate(*args, answer_temperature=1.0)
+    steps give the windowed, every-step result, with and without a shared prefix."""
+    setting, head = INFERENCE_SETTINGS[name], HEADS[head]
+    args = (_prompts(toy_rows["test"], 5, head), setting, _sigma(setting), [7, 8, 9, 10, 11], 20, 4)
+    plain = _engine(tiny_model, toy_tokenizer, head).generate(*args, answer_temperature=1.0)
+    fixed = _engine(tiny_model, toy_tokenizer, head, check_every=5, fixed_shapes=True).generate(
+        *args, answer_temperature=1.0)
     assert torch.equal(plain.step_ids, fixed.step_ids) and torch.equal(plain.step_phase, fixed.step_phase)
     assert plain.completions == fixed.completions
     if plain.noisy_inputs is not None:
         torch.testing.assert_close(plain.noisy_inputs, fixed.noisy_inputs, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("head", list(HEADS))
 @pytest.mark.parametrize("name", ["hard_sample", "soft_sample"])
-def test_stream_with_refill_equals_one_batch(tiny_model, toy_tokenizer, toy_rows, name):
+def test_stream_with_refill_equals_one_batch(tiny_model, toy_tokenizer, toy_rows, name, head):
     """Nine jobs through 3 slots (refilled as rows finish, one at a time or two at a time; 2
-    samples per problem) give each job the row it gets in one big batch; without refill too."""
-    setting = INFERENCE_SETTINGS[name]
-    prompts = [p for p in _prompts(toy_rows["test"], 5) for _ in range(2)][:9]
+    samples per problem) give each job the row it gets in one big batch; without refill too;
+    with a shared prefix, prefilled once per call and read by every later admission."""
+    setting, head = INFERENCE_SETTINGS[name], HEADS[head]
+    prompts = [p for p in _prompts(toy_rows["test"], 5, head) for _ in range(2)][:9]
     seeds = list(range(100, 109))
-    eng = CotEngine(tiny_model, toy_tokenizer)
+    eng = _engine(tiny_model, toy_tokenizer, head)
     whole = eng.generate(prompts, setting, _sigma(setting), seeds, 20, 4)
     for refill, admit_min in ((True, 1), (True, 2), (False, None)):
         rows = list(eng.stream(prompts, seeds, setting, _sigma(setting), 20, 4, batch_size=3, refill=refill,
@@ -258,11 +315,13 @@ def test_fast_step_has_no_host_work(tiny_model, toy_tokenizer, toy_rows):
         assert (run.step_count == 3).all()
 
 
+@pytest.mark.parametrize("head", list(HEADS))
 @pytest.mark.parametrize("name", ["soft_sample", "fuzzy_sample", "hard_sample"])
-def test_bf16_fast_engine_passes_the_paper_replay_bounds(toy_tokenizer, toy_rows, name):
+def test_bf16_fast_engine_passes_the_paper_replay_bounds(toy_tokenizer, toy_rows, name, head):
     """The paper grid decodes in bfloat16 (compute_dtype) with this engine and replays with the
     HF forward: the replay residual and argmax mismatch stay inside the bounds training enforces
-    (config rl.replay_residual_max, rl.replay_argmax_mismatch_max)."""
+    (config rl.replay_residual_max, rl.replay_argmax_mismatch_max); also with the paper's preamble
+    as a real tokenizer splits it (many tokens, shared and prefilled once)."""
     import yaml
     from pathlib import Path
 
@@ -270,8 +329,9 @@ def test_bf16_fast_engine_passes_the_paper_replay_bounds(toy_tokenizer, toy_rows
     setting = INFERENCE_SETTINGS[name]
     model = make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=4)
     sigma = 0.05 if setting.noise_factor else 1.0
-    rollout = CotEngine(model, toy_tokenizer).generate(_prompts(toy_rows["test"], 6), setting, sigma,
-                                                       list(range(6)), 24, 5, answer_temperature=1.0)
+    head = HEADS[head]
+    rollout = _engine(model, toy_tokenizer, head).generate(_prompts(toy_rows["test"], 6, head), setting, sigma,
+                                                           list(range(6)), 24, 5, answer_temperature=1.0)
     with torch.no_grad():
         replay = rollout_log_probs(model, rollout, sigma, 1.0, len(toy_tokenizer))
     assert replay.cot_steps > 0
@@ -279,3 +339,37 @@ def test_bf16_fast_engine_passes_the_paper_replay_bounds(toy_tokenizer, toy_rows
         assert rollout.noisy_inputs.dtype == torch.float32
         assert replay.residual_sum / replay.cot_steps <= rl["replay_residual_max"]
     assert replay.argmax_mismatches / replay.cot_steps <= rl["replay_argmax_mismatch_max"]
+
+
+@torch.no_grad()
+def test_shared_prefix_decode_is_the_whole_rows_attention(toy_tokenizer, toy_rows):
+    """Logits after the prefill and after each decode step, with the prefix shared and without:
+    the same to float32 rounding, on a model whose attention is peaked and whose logits are
+    large (the tiny test models' near-uniform attention and near-zero logits would hide an error
+    of a tenth of a percent in the prefix's share of a head's output)."""
+    model = copy.deepcopy(make_tiny_model(toy_tokenizer, seed=8))
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(12.0)
+            layer.self_attn.k_proj.weight.mul_(12.0)
+            layer.self_attn.v_proj.weight.mul_(20.0)
+        model.lm_head.weight.mul_(50.0)
+    prompts = _prompts(toy_rows["test"], 4, LONG_HEAD)
+    setting = INFERENCE_SETTINGS["soft_greedy"]
+    runs = []
+    for head in (LONG_HEAD, None):
+        engine = CotEngine(model, toy_tokenizer, shared_prefix=head)
+        ids, mask = engine.encode_prompts(prompts)
+        shared = engine.shared_tokens([r[m.bool()].tolist() for r, m in zip(ids, mask)])
+        run = generation._DecodeRun(engine, setting, 0.0, 12, 3, 0.0, slots=4, max_prompt=ids.shape[1],
+                                    record_inputs=True, shared=shared)
+        run.admit(list(range(4)), ids, mask, [1, 2, 3, 4])
+        runs.append((run, len(shared)))
+    (a, shared_len), (b, none_len) = runs
+    assert shared_len >= generation.MIN_SHARED_TOKENS and none_len == 0
+    for _ in range(6):
+        scale = float(b.logits.abs().max())
+        assert scale > 5.0  # logits large enough for the check to see a small error
+        torch.testing.assert_close(a.logits, b.logits, rtol=0, atol=2e-6 * scale)
+        a.steps(1)
+        b.steps(1)

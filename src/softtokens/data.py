@@ -19,6 +19,8 @@ PROMPT_PREAMBLE = (
     "'User: [question] Assistant: [detailed reasoning] The final answer is: \\boxed{[answer]}.' "
 )
 PROMPT_TEMPLATE = PROMPT_PREAMBLE.replace("{", "{{").replace("}", "}}") + "User: {question} Assistant: "
+# what every prompt starts with: the engine prefills it once per call (generation.CotEngine)
+PROMPT_HEAD = PROMPT_TEMPLATE.split("{question}")[0].replace("{{", "{").replace("}}", "}")
 
 # Appendix C. The CoT stops when its (shadow) text ends with STOP_TEXT, trailing whitespace
 # ignored (see generation.py for why); then the engine feeds PREFILL_AFTER_STOP, or

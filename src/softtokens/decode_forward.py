@@ -11,6 +11,13 @@ the model's (RMSNorm in float32 then scaled in the compute dtype, SiLU-gated MLP
 attention, q/k/v biases when present); tests hold the engine to the reference loop, which uses
 the HF forward, in every setting for a Llama and a Qwen2 model. Other architectures decode with
 the HF forward (``supports`` says which).
+
+With a shared prefix in the cache (kvcache.py: P columns every slot's prompt starts with), the
+scores and outputs over those columns are one GEMM per KV head against the single shared copy,
+(slots x groups, dim) @ (dim, P), not a batched product per slot: the attention reads the prefix's
+keys and values once per step instead of once per slot. The softmax still runs over the whole
+row, prefix columns first, so the arithmetic is the same attention; only the summation of the
+output splits in two (prefix + the rest), which rounds differently in the last bits.
 """
 
 from __future__ import annotations
@@ -113,6 +120,10 @@ class DecodeForward:
         mask = cache.decode_mask(x.dtype).view(n, 1, 1, -1)  # (N, 1, 1, W)
         write_at = cache.decode_index(Hk)
         float32 = x.dtype == torch.float32  # softmax is float32 already: no cast back
+        P, G = cache.shared, H // Hk
+        if P:  # per layer: the prefix's keys as (Hk, D, P) and values as (Hk, P, D), for bmm
+            shared = [(cache.shared_keys[i][0].transpose(-1, -2), cache.shared_values[i][0])
+                      for i in range(len(self.weights))]
         h = x
         for i, w in enumerate(self.weights):
             r = _rms_norm(h, w.norm1, w.eps1)
@@ -122,11 +133,22 @@ class DecodeForward:
             k = k * cos + k.roll(half, -1) * sin
             v = F.linear(r, w.v, w.v_bias).view(n, Hk, D)
             K, V = cache.write_decode(i, k.unsqueeze(2), v.unsqueeze(2), write_at)  # (N, Hk, W, D)
-            scores = (q.view(n, Hk, H // Hk, D) @ K.transpose(-1, -2)) * self.scale + mask
-            probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+            q = q.view(n, Hk, G, D)
+            if P:
+                Kp, Vp = shared[i]
+                q_heads = q.transpose(0, 1).reshape(Hk, n * G, D)
+                scores = torch.cat((torch.bmm(q_heads, Kp).view(Hk, n, G, P).transpose(0, 1),
+                                    q @ K[:, :, P:].transpose(-1, -2)), dim=-1)
+            else:
+                scores = q @ K.transpose(-1, -2)
+            probs = torch.softmax(scores * self.scale + mask, dim=-1, dtype=torch.float32)
             if not float32:
                 probs = probs.to(q.dtype)
-            o = (probs @ V).reshape(n, H * D)
+            if P:
+                o_shared = torch.bmm(probs[..., :P].transpose(0, 1).reshape(Hk, n * G, P), Vp)
+                o = (probs[..., P:] @ V[:, :, P:] + o_shared.view(Hk, n, G, D).transpose(0, 1)).reshape(n, H * D)
+            else:
+                o = (probs @ V).reshape(n, H * D)
             h = h + F.linear(o, w.o, w.o_bias)
             r = _rms_norm(h, w.norm2, w.eps2)
             gated = F.silu(F.linear(r, w.gate, w.gate_bias)) * F.linear(r, w.up, w.up_bias)

@@ -35,7 +35,7 @@ import torch
 
 from softtokens.config import COT_KEYS
 from softtokens.counter_noise import counter_normal
-from softtokens.data import PREFILL_AFTER_STOP, PREFILL_AT_LIMIT, STOP_TEXT
+from softtokens.data import PREFILL_AFTER_STOP, PREFILL_AT_LIMIT, PROMPT_HEAD, STOP_TEXT
 from softtokens import decode_forward
 from softtokens.decode_forward import DecodeForward
 from softtokens.kvcache import SlotKVCache, prefill_mask
@@ -45,6 +45,9 @@ from softtokens.stoprule import StopAutomaton
 
 COT, PREFILL, ANSWER, DONE = 0, 1, 2, 3
 REFILL_GROUPS = 8  # stream admits finished slots in groups of batch_size / REFILL_GROUPS
+# a shared prefix shorter than this is prefilled with each prompt: the split attention's extra
+# operations cost more than the few columns they save (the toy's preamble is one token)
+MIN_SHARED_TOKENS = 16
 CONTINUOUS_MODES = ("soft", "fuzzy")
 
 
@@ -208,10 +211,16 @@ class CotEngine:
     (every step on a CPU, where a look costs nothing), to end the loop or refill finished slots;
     a finished row only writes to a discard column, so the check interval never changes results.
     On CUDA the step is captured once in a CUDA graph and replayed.
-    ``reference_engine.ReferenceCotEngine`` is the plain loop it reproduces."""
+    ``reference_engine.ReferenceCotEngine`` is the plain loop it reproduces.
+
+    ``shared_prefix``: text the prompts start with (default: the prompt template's instruction,
+    data.PROMPT_HEAD). The tokens a call's prompts all share with it are prefilled once per call
+    and read once per decode step for the whole batch (kvcache.py); None turns this off. It is
+    fixed text, not whatever a batch's prompts happen to share, so that a row's arithmetic does
+    not depend on the rows it is batched with."""
 
     def __init__(self, model, tokenizer, check_every: int | None = None, fixed_shapes: bool | None = None,
-                 cuda_graphs: bool = True):
+                 cuda_graphs: bool = True, shared_prefix: str | None = PROMPT_HEAD):
         check_plain_output_head(model)
         self.model = model
         self.tokenizer = tokenizer
@@ -230,6 +239,7 @@ class CotEngine:
         self.fixed_shapes = on_cuda if fixed_shapes is None else fixed_shapes
         self.cuda_graphs = cuda_graphs and on_cuda and self.fixed_shapes
         self.fast_forward = decode_forward.supports(model)
+        self.shared_ids = tokenizer(shared_prefix)["input_ids"] if shared_prefix else []
         self.stream_stats: dict[str, int] = {}  # decode steps, slot-steps paid, slot-steps of live rows
 
     @property
@@ -239,6 +249,16 @@ class CotEngine:
     @property
     def max_prefill(self) -> int:
         return max(len(self.prefill_stop), len(self.prefill_limit))
+
+    def shared_tokens(self, prompt_ids: list[list[int]]) -> list[int]:
+        """The leading tokens of ``shared_ids`` that every prompt starts with, leaving each prompt at
+        least one token of its own (the one whose logits start the CoT); none if fewer than
+        MIN_SHARED_TOKENS. A prompt's last shared token may differ from the prefix's own
+        tokenization (BPE merges it with the question's first word): the common part is used."""
+        n = min([len(self.shared_ids)] + [len(ids) - 1 for ids in prompt_ids])
+        for ids in prompt_ids:
+            n = next((j for j in range(n) if ids[j] != self.shared_ids[j]), n)
+        return self.shared_ids[:n] if n >= MIN_SHARED_TOKENS else []
 
     def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         enc = self.tokenizer(prompts, padding=True, return_tensors="pt")
@@ -264,8 +284,10 @@ class CotEngine:
         """All rows at once, until the last one ends (training rollouts, whose B x G rows start
         together); the Rollout records every input fed, for the update pass."""
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
+        shared = self.shared_tokens([row[m.bool()].tolist() for row, m in zip(prompt_ids.cpu(), prompt_mask.cpu())])
         run = _DecodeRun(self, setting, sigma, cot_max_tokens, answer_max_tokens, answer_temperature,
-                         slots=len(prompts), max_prompt=prompt_ids.shape[1], record_inputs=True, placement=placement)
+                         slots=len(prompts), max_prompt=prompt_ids.shape[1], record_inputs=True, placement=placement,
+                         shared=shared)
         run.admit(list(range(len(prompts))), prompt_ids, prompt_mask, seeds)
         while run.live_slots():
             run.steps(self.check_every)
@@ -289,11 +311,12 @@ class CotEngine:
             raise ValueError("one seed per prompt")
         if not prompts:
             return
-        lengths = [len(x) for x in self.tokenizer(prompts)["input_ids"]]
+        tokenized = self.tokenizer(prompts)["input_ids"]
         slots = min(batch_size, len(prompts))
         admit_min = max(1, slots // REFILL_GROUPS if admit_min is None else admit_min)
         run = _DecodeRun(self, setting, sigma, cot_max_tokens, answer_max_tokens, answer_temperature,
-                         slots=slots, max_prompt=max(lengths), record_inputs=False, placement=placement)
+                         slots=slots, max_prompt=max(map(len, tokenized)), record_inputs=False, placement=placement,
+                         shared=self.shared_tokens(tokenized))
         self.stream_stats = {"decode_steps": 0, "slot_steps": 0, "useful_steps": 0, "admissions": 0}
         pending = list(range(len(prompts)))[::-1]
         free = list(range(slots))
@@ -325,7 +348,7 @@ class _DecodeRun:
 
     def __init__(self, engine: CotEngine, setting: CotSetting, sigma: float, cot_max: int, answer_max: int,
                  answer_temperature: float, slots: int, max_prompt: int, record_inputs: bool,
-                 placement: Placement = EMBEDDING):
+                 placement: Placement = EMBEDDING, shared: list[int] = ()):
         model = engine.model
         self.engine, self.model, self.setting, self.sigma = engine, model, setting, sigma
         self.cot_max, self.answer_max, self.answer_temperature = cot_max, answer_max, answer_temperature
@@ -344,6 +367,13 @@ class _DecodeRun:
         vocab = engine.vocab_rows
         self.max_steps = S = cot_max + engine.max_prefill + answer_max
         self.cache = SlotKVCache(slots, max_prompt + S + 1, dev)
+        if shared:  # the prefix every prompt starts with, once (kvcache.py)
+            ids = torch.tensor([list(shared)], dtype=torch.long, device=dev)
+            self.cache.begin_shared()
+            decoder_hidden(model, input_ids=ids, attention_mask=prefill_mask(torch.ones_like(ids), self.compute_dtype),
+                           position_ids=torch.arange(len(shared), device=dev).unsqueeze(0), past_key_values=self.cache,
+                           use_cache=True)
+            self.cache.end_shared()
         # one position of the decoder as plain tensor operations where the architecture allows
         self.forward = DecodeForward(model, self.cache.max_len) if engine.fast_forward else None
         self.fixed_shapes = engine.fixed_shapes
@@ -402,9 +432,16 @@ class _DecodeRun:
         first, inverse = _first_occurrences(prompt_ids.tolist())
         src = torch.tensor(first, dtype=torch.long, device=dev)
         u_ids, u_mask = prompt_ids[src], prompt_mask[src]
+        P = self.cache.shared
+        if P:
+            # what follows the shared prefix, left-padded to width - P: row i's prompt is its last
+            # real - P tokens (the prefix's own tokens, held once in the cache, are masked out)
+            u_mask = u_mask[:, : u_mask.shape[1] - P]
+            u_ids = torch.where(u_mask.bool(), u_ids[:, P:], self.engine.pad_id)
         self.cache.begin_prefill(idx[src], prompt_ids.shape[1] - real[src])
-        pos = (u_mask.long().cumsum(-1) - 1).clamp(min=0)
-        hidden = decoder_hidden(self.model, input_ids=u_ids, attention_mask=prefill_mask(u_mask, self.compute_dtype),
+        pos = P + (u_mask.long().cumsum(-1) - 1).clamp(min=0)
+        hidden = decoder_hidden(self.model, input_ids=u_ids,
+                                attention_mask=prefill_mask(u_mask, self.compute_dtype, shared=P),
                                 position_ids=pos, past_key_values=self.cache, use_cache=True)[:, -1]
         self.cache.end_prefill(real[src])
         if len(first) < len(slots):

@@ -10,6 +10,11 @@ host round-trip (it can be captured in a CUDA graph).
 
 The model's attention layers call ``update(key, value, layer_idx)``, the only cache method they
 use when position ids and a 4D mask are passed (transformers >= 5, Llama / Qwen2 families).
+
+A shared prefix (the instruction every prompt of a call starts with) is prefilled once, into
+``shared_keys`` / ``shared_values`` (1, heads, P, dim); each slot's first P columns hold copies
+(column j = position j still holds for every slot, so any reader of a slot sees its whole row),
+and the plain-tensor decode reads the one shared copy for those columns instead of 64.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ class SlotKVCache:
         self.rows = torch.arange(slots, device=device)
         self.window = max_len  # columns the decode attention reads (all of them in fixed-shape mode)
         self._prefill: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.shared = 0  # columns 0..shared-1: the prefix every slot's prompt starts with
+        self.shared_keys: dict[int, torch.Tensor] = {}
+        self.shared_values: dict[int, torch.Tensor] = {}
+        self._sharing = False
 
     def _buffers(self, layer: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if layer not in self.keys:
@@ -36,9 +45,22 @@ class SlotKVCache:
         return self.keys[layer], self.values[layer]
 
     # ---------------------------------------------------------------- prefill
+    def begin_shared(self) -> None:
+        """The next forward is the shared prefix alone, one row of P tokens at positions 0..P-1
+        (causal mask); its keys and values become ``shared_keys`` / ``shared_values``."""
+        if self.shared or self._prefill is not None:
+            raise RuntimeError("the shared prefix is prefilled once, before any prompt")
+        self._sharing = True
+
+    def end_shared(self) -> None:
+        self._sharing = False
+        self.shared = next(iter(self.shared_keys.values())).shape[2] if self.shared_keys else 0
+
     def begin_prefill(self, slots: torch.Tensor, pad: torch.Tensor) -> None:
         """The next forward is a left-padded prompt batch for ``slots``; ``pad`` = each prompt's
-        left padding. Its keys and values are stored left-aligned in those slots."""
+        left padding. Its keys and values are stored left-aligned in those slots. With a shared
+        prefix the batch holds only what follows it (positions from P on, a mask over P + width
+        key columns: prefill_mask(..., shared=P)) and its attention sees the prefix first."""
         self._prefill = (slots, pad)
 
     def end_prefill(self, real_lengths: torch.Tensor) -> None:
@@ -56,15 +78,26 @@ class SlotKVCache:
 
     # ---------------------------------------------------------------- the attention layers' call
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
+        if self._sharing:
+            self.shared_keys[layer_idx] = key.detach().clone()
+            self.shared_values[layer_idx] = value.detach().clone()
+            return key, value
         if self._prefill is not None:
             K, V = self._buffers(layer_idx, key)
             slots, pad = self._prefill
-            width = key.shape[2]
+            width, P = key.shape[2], self.shared
             cols = (torch.arange(width, device=key.device).unsqueeze(0) + pad.unsqueeze(1)).clamp(max=width - 1)
             index = cols[:, None, :, None].expand(-1, key.shape[1], -1, key.shape[3])
-            K[slots, :, :width] = key.gather(2, index).to(K.dtype)
-            V[slots, :, :width] = value.gather(2, index).to(V.dtype)
-            return key, value  # the prompt attends to itself only
+            K[slots, :, P:P + width] = key.gather(2, index).to(K.dtype)
+            V[slots, :, P:P + width] = value.gather(2, index).to(V.dtype)
+            if not P:
+                return key, value  # the prompt attends to itself only
+            Kp, Vp = self.shared_keys[layer_idx], self.shared_values[layer_idx]
+            K[slots, :, :P] = Kp.to(K.dtype)
+            V[slots, :, :P] = Vp.to(V.dtype)
+            n = key.shape[0]
+            return (torch.cat((Kp.expand(n, -1, -1, -1), key), dim=2),
+                    torch.cat((Vp.expand(n, -1, -1, -1), value), dim=2))  # the prefix, then the prompt
         return self.write_decode(layer_idx, key, value, self.decode_index(key.shape[1]))
 
     def decode_index(self, heads: int) -> torch.Tensor:
@@ -93,13 +126,17 @@ class SlotKVCache:
         return _additive(visible, dtype)[:, None, None, :]
 
 
-def prefill_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(n, 1, P, P) causal additive mask for a left-padded prompt batch. A padding query sees only
-    itself (a fully masked row would give NaN that later layers could pick up)."""
+def prefill_mask(attention_mask: torch.Tensor, dtype: torch.dtype, shared: int = 0) -> torch.Tensor:
+    """(n, 1, W, shared + W) causal additive mask for a left-padded prompt batch of width W whose
+    rows all follow a ``shared`` prefix (seen by every query). A padding query sees only itself
+    and the prefix (a fully masked row would give NaN that later layers could pick up)."""
     n, width = attention_mask.shape
-    causal = torch.ones(width, width, dtype=torch.bool, device=attention_mask.device).tril()
+    dev = attention_mask.device
+    causal = torch.ones(width, width, dtype=torch.bool, device=dev).tril()
     visible = causal.unsqueeze(0) & attention_mask.bool().unsqueeze(1)
-    visible = visible | torch.eye(width, dtype=torch.bool, device=attention_mask.device).unsqueeze(0)
+    visible = visible | torch.eye(width, dtype=torch.bool, device=dev).unsqueeze(0)
+    if shared:
+        visible = torch.cat((torch.ones(n, width, shared, dtype=torch.bool, device=dev), visible), dim=2)
     return _additive(visible, dtype)[:, None]
 
 
