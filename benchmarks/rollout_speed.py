@@ -84,6 +84,24 @@ def random_llama(arch: dict, tok, dtype, dev):
     return model.to(DTYPES[dtype]).to(dev).eval()
 
 
+def decoders(model, tok, engine, prompts, seeds, a):
+    """(HF generate of the whole budget with hard tokens, an engine's rollout -> tokens decoded,
+    decode steps per row): every row decodes cot + prefill + answer steps (random weights never
+    write the stop text)."""
+    ids, mask = engine.encode_prompts(prompts)
+    steps = a.cot + engine.max_prefill + a.answer
+
+    def hf():
+        model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                       max_new_tokens=steps, min_new_tokens=steps, pad_token_id=tok.pad_token_id)
+
+    def ours(eng, setting):
+        out = eng.generate(prompts, INFERENCE_SETTINGS[setting], 0.01, seeds, a.cot, a.answer)
+        return int((out.step_phase != DONE).sum())
+
+    return hf, ours, steps
+
+
 def rollout_throughput(name: str, a, dev) -> dict:
     rows = toy_splits(400, 1, a.batch, seed=0)
     arch = ARCHITECTURES[name]
@@ -92,17 +110,8 @@ def rollout_throughput(name: str, a, dev) -> dict:
     prompts = [format_prompt(r["question"]) for r in rows["test"]][: a.batch]
     seeds = list(range(a.batch))
     fast, ref = CotEngine(model, tok), ReferenceCotEngine(model, tok)
-    ids, mask = fast.encode_prompts(prompts)
-    steps = a.cot + fast.max_prefill + a.answer
+    hf, ours, steps = decoders(model, tok, fast, prompts, seeds, a)
     hf_tokens = a.batch * steps
-
-    def hf():
-        model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                       max_new_tokens=steps, min_new_tokens=steps, pad_token_id=tok.pad_token_id)
-
-    def ours(engine, setting):
-        out = engine.generate(prompts, INFERENCE_SETTINGS[setting], 0.01, seeds, a.cot, a.answer)
-        return int((out.step_phase != DONE).sum())
 
     # warm-up (allocator, thread pools, one-time tables)
     hf()
@@ -153,16 +162,7 @@ def shared_prefix_throughput(a, dev) -> dict:
     engines = {"shared": CotEngine(model, tok), "unshared": CotEngine(model, tok, shared_prefix=None)}
     lengths = [len(x) for x in tok(prompts)["input_ids"]]
     shared = len(engines["shared"].shared_tokens(tok(prompts)["input_ids"]))
-    ids, mask = engines["shared"].encode_prompts(prompts)
-    steps = a.cot + engines["shared"].max_prefill + a.answer
-
-    def hf():
-        model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                       max_new_tokens=steps, min_new_tokens=steps, pad_token_id=tok.pad_token_id)
-
-    def ours(engine, setting):
-        out = engine.generate(prompts, INFERENCE_SETTINGS[setting], 0.01, seeds, a.cot, a.answer)
-        return int((out.step_phase != DONE).sum())
+    hf, ours, steps = decoders(model, tok, engines["shared"], prompts, seeds, a)
 
     hf()
     ours(engines["shared"], "hard_greedy")
