@@ -83,6 +83,20 @@ def test_shared_prefix_equals_reference(model, toy_tokenizer, toy_rows, name):
     _assert_same_rollout(fast, ref, model, toy_tokenizer, setting)
 
 
+
+@pytest.mark.parametrize("name", ["hard_sample", "soft_greedy"])
+def test_shared_prefix_with_the_hf_decode_forward(model, toy_tokenizer, toy_rows, name):
+    """Architectures the plain-tensor decode does not cover decode with the HF forward, which reads
+    every slot's own cache columns: the prefill copies the shared prefix into each slot."""
+    setting = INFERENCE_SETTINGS[name]
+    prompts, seeds = _prompts(toy_rows["test"], 4, LONG_HEAD), [5, 6, 7, 8]
+    engine = _engine(model, toy_tokenizer, LONG_HEAD)
+    engine.fast_forward = False
+    args = (prompts, setting, _sigma(setting), seeds, 16, 4)
+    fast = engine.generate(*args, answer_temperature=1.0)
+    ref = ReferenceCotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
+    _assert_same_rollout(fast, ref, model, toy_tokenizer, setting)
+
 def test_shared_tokens_are_what_every_prompt_starts_with(toy_tokenizer, tiny_model):
     engine = _engine(tiny_model, toy_tokenizer, LONG_HEAD)
     ids = engine.shared_ids
