@@ -5,9 +5,10 @@ import json
 import pytest
 import torch
 
-from softtokens.data import toy_splits
-from softtokens.modeling import build_toy_model
-from softtokens.toybase import build_toy_tokenizer
+from softtokens.data import PROMPT_HEAD, toy_splits
+from softtokens.generation import MIN_SHARED_TOKENS
+from softtokens.modeling import build_toy_model, train_toy_tokenizer
+from softtokens.toybase import _segments, build_toy_tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -18,6 +19,15 @@ def toy_rows():
 @pytest.fixture(scope="session")
 def toy_tokenizer(toy_rows):
     return build_toy_tokenizer(toy_rows["train"], 200)
+
+
+@pytest.fixture(scope="session")
+def preamble_tokenizer(toy_rows):
+    """The toy BPE without its one-token preamble: the paper's instruction is ~90 tokens, as a real
+    tokenizer splits it (Llama-3's: ~75), so the engine's shared-prefix path runs."""
+    tok = train_toy_tokenizer(["".join(_segments(r)) for r in toy_rows["train"]], 384)
+    assert len(tok(PROMPT_HEAD)["input_ids"]) >= 2 * MIN_SHARED_TOKENS
+    return tok
 
 
 def make_tiny_model(tokenizer, dtype=torch.float32, seed=0, hidden=32, layers=2):

@@ -36,11 +36,13 @@ def paper_settings(mode: str = "soft", **over) -> dict:
 
 
 @pytest.fixture(scope="module")
-def paper_base(tmp_path_factory, toy_tokenizer):
-    """A tiny random Llama and MATH-shaped data (the real loader, on the shipped fixture)."""
+def paper_base(tmp_path_factory, preamble_tokenizer):
+    """A tiny random Llama and MATH-shaped data (the real loader, on the shipped fixture); its
+    tokenizer splits the prompt's preamble into many tokens, as the paper's does, so rollouts
+    and evaluation prefill it once and share it (generation.CotEngine's shared prefix)."""
     d = tmp_path_factory.mktemp("paper")
-    make_tiny_model(toy_tokenizer, seed=3, hidden=128).save_pretrained(d / "model")  # the toy base's width
-    toy_tokenizer.save_pretrained(d / "model")
+    make_tiny_model(preamble_tokenizer, seed=3, hidden=128).save_pretrained(d / "model")  # the toy base's width
+    preamble_tokenizer.save_pretrained(d / "model")
     splits, _ = prepare("math", {"loader": "math", "path": str(FIXTURES / "math"), "validation_size": 2, "seed": 0},
                         ("train", "validation"))
     for split, rows in splits.items():
@@ -58,11 +60,23 @@ def test_paper_settings_are_the_precision_this_checks():
     assert (s["prompts_per_step"], s["samples_per_prompt"], s["lr"]) == (2, 32, 6e-6)
 
 
-def test_paper_precision_moves_every_weight(paper_base, tmp_path):
+def test_paper_precision_moves_every_weight(paper_base, tmp_path, monkeypatch):
     """Two AdamW steps at lr 6e-6 (the paper's Llama-3B rate, applied from the first step: no
     warm-up here) change >= 99 % of the entries of every attention, MLP and norm weight of the
     float32 master weights (the first step alone does too); the same updates applied to bf16
-    weights would round away for most entries of the norms (the defect this guards against)."""
+    weights would round away for most entries of the norms (the defect this guards against).
+    The rollouts share the prompts' preamble (prefilled once), as they will on the cluster."""
+    from softtokens.generation import MIN_SHARED_TOKENS
+    from softtokens.kvcache import SlotKVCache
+
+    shared_lengths = []
+    end_shared = SlotKVCache.end_shared
+
+    def recording(cache):
+        end_shared(cache)
+        shared_lengths.append(cache.shared)
+
+    monkeypatch.setattr(SlotKVCache, "end_shared", recording)
     cfg = TrainConfig.from_settings(paper_settings(warmup_steps=0, steps=4000))  # the first 2 of the paper's 4000
     trainer = Trainer(cfg, str(paper_base / "model"), read_rows(paper_base / "train.jsonl"),
                       read_rows(paper_base / "validation.jsonl"), tmp_path / "_resume")
@@ -94,6 +108,7 @@ def test_paper_precision_moves_every_weight(paper_base, tmp_path):
         if name in after:
             assert torch.equal(w, after[name].to(w.dtype)), name
     assert any(not torch.equal(before[k], v) for k, v in trainer.rollout_model.state_dict().items())
+    assert len(shared_lengths) >= 2 and min(shared_lengths) >= MIN_SHARED_TOKENS
 
 
 def _master(trainer) -> dict[str, torch.Tensor]:
