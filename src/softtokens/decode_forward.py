@@ -121,9 +121,6 @@ class DecodeForward:
         write_at = cache.decode_index(Hk)
         float32 = x.dtype == torch.float32  # softmax is float32 already: no cast back
         P, G = cache.shared, H // Hk
-        if P:  # per layer: the prefix's keys as (Hk, D, P) and values as (Hk, P, D), for bmm
-            shared = [(cache.shared_keys[i][0].transpose(-1, -2), cache.shared_values[i][0])
-                      for i in range(len(self.weights))]
         h = x
         for i, w in enumerate(self.weights):
             r = _rms_norm(h, w.norm1, w.eps1)
@@ -135,7 +132,7 @@ class DecodeForward:
             K, V = cache.write_decode(i, k.unsqueeze(2), v.unsqueeze(2), write_at)  # (N, Hk, W, D)
             q = q.view(n, Hk, G, D)
             if P:
-                Kp, Vp = shared[i]
+                Kp, Vp = cache.shared_attention[i]  # (Hk, D, P), (Hk, P, D)
                 q_heads = q.transpose(0, 1).reshape(Hk, n * G, D)
                 scores = torch.cat((torch.bmm(q_heads, Kp).view(Hk, n, G, P).transpose(0, 1),
                                     q @ K[:, :, P:].transpose(-1, -2)), dim=-1)

@@ -34,6 +34,9 @@ class SlotKVCache:
         self.shared = 0  # columns 0..shared-1: the prefix every slot's prompt starts with
         self.shared_keys: dict[int, torch.Tensor] = {}
         self.shared_values: dict[int, torch.Tensor] = {}
+        # per layer, the shared prefix as the decode attention reads it: keys (heads, dim, P) and
+        # values (heads, P, dim), views made once per call, not at every step
+        self.shared_attention: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._sharing = False
 
     def _buffers(self, layer: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,6 +58,8 @@ class SlotKVCache:
     def end_shared(self) -> None:
         self._sharing = False
         self.shared = next(iter(self.shared_keys.values())).shape[2] if self.shared_keys else 0
+        self.shared_attention = [(self.shared_keys[i][0].transpose(-1, -2), self.shared_values[i][0])
+                                 for i in sorted(self.shared_keys)]
 
     def begin_prefill(self, slots: torch.Tensor, pad: torch.Tensor) -> None:
         """The next forward is a left-padded prompt batch for ``slots``; ``pad`` = each prompt's
