@@ -1,7 +1,9 @@
 """Rollout and evaluation throughput of the CoT engine, as ratios measured in one process.
 
 1. Rollouts: tokens/s of the fast engine (generation.CotEngine) in each of the six inference
-   settings, of the previous engine (reference_engine.ReferenceCotEngine), and of Hugging Face
+   settings, of the same engine with torch's operations in place of its CPU decode kernels
+   (native_decode.py; "torch_ops", CPU only), of the previous engine
+   (reference_engine.ReferenceCotEngine), and of Hugging Face
    ``generate(do_sample=True)`` with hard tokens, on random-weight Llamas (no download): the toy
    architecture of config.yaml and a ~20M-parameter Llama (hidden 512, 8 layers, vocabulary 32k).
    Random weights never write the stop text, so every row decodes the whole CoT budget, the
@@ -110,6 +112,8 @@ def rollout_throughput(name: str, a, dev) -> dict:
     prompts = [format_prompt(r["question"]) for r in rows["test"]][: a.batch]
     seeds = list(range(a.batch))
     fast, ref = CotEngine(model, tok), ReferenceCotEngine(model, tok)
+    torch_ops = CotEngine(model, tok)
+    torch_ops.cpu_kernels = False  # the same engine with torch's operations in place of the C kernels
     hf, ours, steps = decoders(model, tok, fast, prompts, seeds, a)
     hf_tokens = a.batch * steps
 
@@ -121,8 +125,8 @@ def rollout_throughput(name: str, a, dev) -> dict:
     for _ in range(a.repeats):
         times["hf_generate"].append(timed(hf, dev))
         for setting in INFERENCE_SETTINGS:
-            for label, engine in (("fast", fast), ("previous", ref)):
-                if label == "previous" and a.skip_previous:
+            for label, engine in (("fast", fast), ("torch_ops", torch_ops), ("previous", ref)):
+                if label == "previous" and a.skip_previous or label == "torch_ops" and dev.type != "cpu":
                     continue
                 key = f"{label}/{setting}"
                 box = {}
@@ -137,12 +141,14 @@ def rollout_throughput(name: str, a, dev) -> dict:
               "hf_generate_tokens_per_s": round(hf_tps, 1), "settings": {}}
     for setting in INFERENCE_SETTINGS:
         row = {}
-        for label in ("fast", "previous"):
+        for label in ("fast", "torch_ops", "previous"):
             key = f"{label}/{setting}"
             if key in times:
                 tps = tokens[key] / statistics.median(times[key])
                 row[f"{label}_tokens_per_s"] = round(tps, 1)
         row["fast_vs_hf_generate"] = round(row["fast_tokens_per_s"] / hf_tps, 2)
+        if "torch_ops_tokens_per_s" in row:
+            row["fast_vs_torch_ops"] = round(row["fast_tokens_per_s"] / row["torch_ops_tokens_per_s"], 2)
         if "previous_tokens_per_s" in row:
             row["fast_vs_previous"] = round(row["fast_tokens_per_s"] / row["previous_tokens_per_s"], 2)
         result["settings"][setting] = row

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from softtokens import generation
+from softtokens import generation, native_decode
 from softtokens.data import STOP_TEXT, format_prompt
 from softtokens.generation import DONE, EMBEDDING, INFERENCE_SETTINGS, CotEngine, Placement, ends_with_stop
 from softtokens.reference_engine import ReferenceCotEngine
@@ -38,7 +38,7 @@ def _engine(model, tok, head=None, **kw):
 
 def _qwen_like(tok):
     """Qwen2 family: grouped-query attention (1 KV head for 4 query heads) and q/k/v biases."""
-    cfg = Qwen2Config(vocab_size=len(tok) + 5, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    cfg = Qwen2Config(vocab_size=len(tok) + 5, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=False,
                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     torch.manual_seed(5)
@@ -50,22 +50,40 @@ def model(request, toy_tokenizer):
     return make_tiny_model(toy_tokenizer, seed=3) if request.param == "llama" else _qwen_like(toy_tokenizer)
 
 
+@pytest.fixture(params=["kernels", "torch"])
+def decode(request, monkeypatch):
+    """Which CPU decode step runs: the C kernels (native_decode.py, what float32 on a CPU takes) or
+    torch's operations (what a GPU and bfloat16 take). With the kernels, a list that records each
+    attention call: a test asserts it is not empty, so a silent fall-back cannot pass for them."""
+    if request.param == "torch":
+        monkeypatch.setattr(native_decode, "kernels", lambda: None)
+        return None
+    if native_decode.compiler() is None:
+        pytest.skip("no C compiler on this machine: the CPU decode runs torch's operations")
+    kernels = native_decode.kernels()
+    assert kernels is not None, "the CPU decode kernels did not build or failed their check (see the warning)"
+    calls, attention = [], kernels.attention
+    monkeypatch.setattr(kernels, "attention", lambda *a, **kw: calls.append(a[0].shape) or attention(*a, **kw))
+    return calls
+
+
 def _sigma(setting):
     return 0.05 if setting.noise_factor > 0 else 0.0
 
 
 @pytest.mark.parametrize("name", list(INFERENCE_SETTINGS))
-def test_fast_engine_equals_reference(model, toy_tokenizer, toy_rows, name):
+def test_fast_engine_equals_reference(model, toy_tokenizer, toy_rows, name, decode):
     setting = INFERENCE_SETTINGS[name]
     prompts, seeds = _prompts(toy_rows["test"], 6), [3, 1, 4, 1, 5, 9]
     args = (prompts, setting, _sigma(setting), seeds, 24, 5)
     fast = CotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
     ref = ReferenceCotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
     _assert_same_rollout(fast, ref, model, toy_tokenizer, setting)
+    assert decode is None or decode
 
 
 @pytest.mark.parametrize("name", list(INFERENCE_SETTINGS))
-def test_shared_prefix_equals_reference(model, toy_tokenizer, toy_rows, name):
+def test_shared_prefix_equals_reference(model, toy_tokenizer, toy_rows, name, decode):
     """Prompts that start with a long shared instruction (a real tokenizer's preamble): the engine
     prefills it once and its decode attention reads the one shared copy (a GEMM per KV head, the
     Qwen2 model's 4 query heads on 1 KV head included); every row is still the reference loop's,
@@ -81,7 +99,7 @@ def test_shared_prefix_equals_reference(model, toy_tokenizer, toy_rows, name):
     fast = engine.generate(*args, answer_temperature=1.0)
     ref = ReferenceCotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
     _assert_same_rollout(fast, ref, model, toy_tokenizer, setting)
-
+    assert decode is None or decode
 
 
 @pytest.mark.parametrize("name", ["hard_sample", "soft_greedy"])
@@ -311,9 +329,11 @@ def test_stop_automaton_is_the_text_rule():
     assert hits > 50
 
 
-def test_fast_step_has_no_host_work(tiny_model, toy_tokenizer, toy_rows):
+def test_fast_step_has_no_host_work(tiny_model, toy_tokenizer, toy_rows, monkeypatch):
     """The decode step traces as one graph (torch.compile fullgraph: any host sync, .item(),
-    .tolist() or data-dependent Python branch would break it), which is what CUDA-graph capture needs."""
+    .tolist() or data-dependent Python branch would break it), which is what CUDA-graph capture needs.
+    The CUDA step it stands for runs torch operations only (the C kernels are the CPU's): off here."""
+    monkeypatch.setattr(native_decode, "kernels", lambda: None)
     eng = CotEngine(tiny_model, toy_tokenizer, fixed_shapes=True)
     from softtokens.generation import _DecodeRun
 
@@ -356,7 +376,7 @@ def test_bf16_fast_engine_passes_the_paper_replay_bounds(toy_tokenizer, toy_rows
 
 
 @torch.no_grad()
-def test_shared_prefix_decode_is_the_whole_rows_attention(toy_tokenizer, toy_rows):
+def test_shared_prefix_decode_is_the_whole_rows_attention(toy_tokenizer, toy_rows, decode):
     """Logits after the prefill and after each decode step, with the prefix shared and without:
     the same to float32 rounding, on a model whose attention is peaked and whose logits are
     large (the tiny test models' near-uniform attention and near-zero logits would hide an error
@@ -387,3 +407,4 @@ def test_shared_prefix_decode_is_the_whole_rows_attention(toy_tokenizer, toy_row
         torch.testing.assert_close(a.logits, b.logits, rtol=0, atol=2e-6 * scale)
         a.steps(1)
         b.steps(1)
+    assert decode is None or decode

@@ -239,6 +239,7 @@ class CotEngine:
         self.fixed_shapes = on_cuda if fixed_shapes is None else fixed_shapes
         self.cuda_graphs = cuda_graphs and on_cuda and self.fixed_shapes
         self.fast_forward = decode_forward.supports(model)
+        self.cpu_kernels = True  # float32 on a CPU: the decode step's C kernels (native_decode.py) where they build
         self.shared_ids = tokenizer(shared_prefix)["input_ids"] if shared_prefix else []
         self.stream_stats: dict[str, int] = {}  # decode steps, slot-steps paid, slot-steps of live rows
 
@@ -375,7 +376,7 @@ class _DecodeRun:
                            use_cache=True)
             self.cache.end_shared()
         # one position of the decoder as plain tensor operations where the architecture allows
-        self.forward = DecodeForward(model, self.cache.max_len) if engine.fast_forward else None
+        self.forward = DecodeForward(model, self.cache.max_len, engine.cpu_kernels) if engine.fast_forward else None
         self.fixed_shapes = engine.fixed_shapes
         self.n = slots
         self.rows = torch.arange(slots, device=dev)

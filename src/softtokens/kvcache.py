@@ -39,12 +39,12 @@ class SlotKVCache:
         self.shared_attention: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._sharing = False
 
-    def _buffers(self, layer: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def buffers(self, layer: int, heads: int, dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """A layer's (slots, heads, max_len, dim) keys and values, made (zeroed) on first use."""
         if layer not in self.keys:
-            _, heads, _, dim = like.shape
             shape = (self.slots, heads, self.max_len, dim)
-            self.keys[layer] = torch.zeros(shape, dtype=like.dtype, device=self.device)
-            self.values[layer] = torch.zeros(shape, dtype=like.dtype, device=self.device)
+            self.keys[layer] = torch.zeros(shape, dtype=dtype, device=self.device)
+            self.values[layer] = torch.zeros(shape, dtype=dtype, device=self.device)
         return self.keys[layer], self.values[layer]
 
     # ---------------------------------------------------------------- prefill
@@ -84,11 +84,11 @@ class SlotKVCache:
     # ---------------------------------------------------------------- the attention layers' call
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
         if self._sharing:
-            self.shared_keys[layer_idx] = key.detach().clone()
-            self.shared_values[layer_idx] = value.detach().clone()
+            self.shared_keys[layer_idx] = key.detach().clone(memory_format=torch.contiguous_format)
+            self.shared_values[layer_idx] = value.detach().clone(memory_format=torch.contiguous_format)
             return key, value
         if self._prefill is not None:
-            K, V = self._buffers(layer_idx, key)
+            K, V = self.buffers(layer_idx, key.shape[1], key.shape[3], key.dtype)
             slots, pad = self._prefill
             width, P = key.shape[2], self.shared
             cols = (torch.arange(width, device=key.device).unsqueeze(0) + pad.unsqueeze(1)).clamp(max=width - 1)
@@ -114,7 +114,7 @@ class SlotKVCache:
     def write_decode(self, layer_idx: int, key: torch.Tensor, value: torch.Tensor, flat: torch.Tensor):
         """One decode position's (N, Hk, 1, D) keys and values at ``flat`` (decode_index), one
         index_copy_ per tensor; returns the layer's cache up to the read window."""
-        K, V = self._buffers(layer_idx, key)
+        K, V = self.buffers(layer_idx, key.shape[1], key.shape[3], key.dtype)
         K.view(-1, K.shape[-1]).index_copy_(0, flat, key.reshape(-1, key.shape[-1]).to(K.dtype))
         V.view(-1, V.shape[-1]).index_copy_(0, flat, value.reshape(-1, value.shape[-1]).to(V.dtype))
         return K[:, :, : self.window], V[:, :, : self.window]

@@ -138,16 +138,21 @@ def _cpu_model() -> str:
 
 def _device() -> dict:
     """What ran the job. On a CPU, torch's kernel capability (e.g. AVX2, AVX512) is recorded too:
-    the same seed gives the same numbers on one kind of host, not across vector instruction sets."""
+    the same seed gives the same numbers on one kind of host, not across vector instruction sets;
+    and the decode's C kernels when the job decoded with them (native_decode.py: their float32
+    sums round differently from torch's operations)."""
     try:
         import torch
 
+        from softtokens import native_decode
+
         if torch.cuda.is_available():
             return {"kind": "cuda", "name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count()}
-        capability = torch.backends.cpu.get_cpu_capability()
+        capability, kernels = torch.backends.cpu.get_cpu_capability(), native_decode.in_use()
     except ImportError:
-        capability = None
-    return {"kind": "cpu", "name": _cpu_model(), "count": os.cpu_count(), "torch_cpu_capability": capability}
+        capability, kernels = None, None
+    return {"kind": "cpu", "name": _cpu_model(), "count": os.cpu_count(), "torch_cpu_capability": capability,
+            "decode_kernels": kernels}
 
 
 def _rel(path: str | os.PathLike) -> str:
