@@ -135,3 +135,13 @@ def test_without_a_working_build_the_decode_keeps_torch(tmp_path, monkeypatch):
             assert native_decode.kernels() is None
     finally:
         native_decode.kernels.cache_clear()
+
+
+def test_provenance_names_the_library_a_job_decoded_with(kernels):
+    from softtokens import provenance
+
+    native_decode.kernels.cache_clear()  # a fresh process: nothing decoded, nothing recorded (or built)
+    assert provenance._device()["decode_kernels"] is None
+    assert native_decode.kernels() is not None  # what a decode step asks for
+    assert provenance._device()["decode_kernels"] == kernels.name
+    assert kernels.name.startswith("cpu_decode-") and (native_decode.cache_dir() / kernels.name).exists()
