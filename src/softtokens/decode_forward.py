@@ -79,7 +79,7 @@ class _LayerWeights(NamedTuple):
     up_bias: torch.Tensor | None
     down: torch.Tensor
     down_bias: torch.Tensor | None
-    qkv: torch.Tensor | None = None  # q, k and v stacked: one GEMM instead of three (CPU)
+    qkv: torch.Tensor | None = None  # q, k and v stacked: one GEMM instead of three (the CPU kernels' path)
     qkv_bias: torch.Tensor | None = None
 
     @classmethod
@@ -129,7 +129,7 @@ class DecodeForward:
         self.kernels = native_decode.kernels() if cpu_kernels and native_decode.CpuDecodeKernels.takes(
             cfg.hidden_size, layers[0].mlp.gate_proj.weight.shape[0], self.head_dim, self.heads, self.kv_heads,
             self.cos.dtype, weight.device) else None
-        if weight.device.type == "cpu":  # not on a GPU: a 3B model's stacked copy would be ~0.9 GB
+        if self.kernels is not None:  # their attention takes q, k and v as one row
             self.weights = [w.stacked() for w in self.weights]
         self.threads = torch.get_num_threads()
 
@@ -144,17 +144,11 @@ class DecodeForward:
         h = x
         for i, w in enumerate(self.weights):
             r = _rms_norm(h, w.norm1, w.eps1)
-            if w.qkv is not None:
-                qkv = F.linear(r, w.qkv, w.qkv_bias)  # (N, (H + 2 Hk) D)
-                qk = qkv[:, : (H + Hk) * D].view(n, H + Hk, D)
-                qk = qk * cos + qk.roll(half, -1) * sin  # queries and keys rotated at once
-                q, k, v = qk[:, :H], qk[:, H:], qkv[:, (H + Hk) * D:].view(n, Hk, D)
-            else:
-                q = F.linear(r, w.q, w.q_bias).view(n, H, D)
-                k = F.linear(r, w.k, w.k_bias).view(n, Hk, D)
-                q = q * cos + q.roll(half, -1) * sin
-                k = k * cos + k.roll(half, -1) * sin
-                v = F.linear(r, w.v, w.v_bias).view(n, Hk, D)
+            q = F.linear(r, w.q, w.q_bias).view(n, H, D)
+            k = F.linear(r, w.k, w.k_bias).view(n, Hk, D)
+            q = q * cos + q.roll(half, -1) * sin
+            k = k * cos + k.roll(half, -1) * sin
+            v = F.linear(r, w.v, w.v_bias).view(n, Hk, D)
             K, V = cache.write_decode(i, k.unsqueeze(2), v.unsqueeze(2), write_at)  # (N, Hk, W, D)
             o = self._torch_attention(q.view(n, Hk, G, D), K, V, mask, cache.shared_attention[i] if P else None)
             h = h + F.linear(o, w.o, w.o_bias)
