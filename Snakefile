@@ -16,6 +16,12 @@ envvars:
 report: "workflow/report/workflow.rst"
 
 
+# every job in one Apptainer image under --sdm apptainer (envs/softtokens-gpu.def, docs/gpu.md)
+if config.get("container"):
+
+    container: config["container"]
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/toy_base.smk"

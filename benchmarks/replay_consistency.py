@@ -47,7 +47,7 @@ def main() -> None:
             ro = engine.generate(prompts, setting, s, [row_seed(0, i) for i in range(len(prompts))], a.cot, 8, 1.0)
             with torch.no_grad():
                 rep = rollout_log_probs(model, ro, s, 1.0, engine.vocab_rows)
-            per_mode[mode] = {"replay_residual": rep.residual_sum / rep.cot_steps if mode != "hard" else None,
+            per_mode[mode] = {"replay_residual": rep.residual_sum / max(1, rep.residual_steps) if mode != "hard" else None,
                               "argmax_mismatch": rep.argmax_mismatches / rep.cot_steps, "cot_steps": rep.cot_steps}
             if mode == "fuzzy":  # the logits the rollout saw, recomputed teacher-forced in float32
                 from softtokens.modeling import decoder_hidden, output_logits

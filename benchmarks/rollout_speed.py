@@ -274,8 +274,9 @@ def rl_step(toy_base: Path, a) -> dict:
 
 
 def gpu_bound(a, dev) -> dict:
-    """ms per decode step of the fast engine vs the bandwidth bound of reading the weights and the
-    KV cache once per step; plus a profiler table of the step."""
+    """ms per decode step of the fast engine in each setting of --gpu-setting ("all": the six) vs
+    the bandwidth bound of reading the weights, the KV cache and (soft/fuzzy) the float32 E once per
+    step; plus a profiler table of the first setting's step."""
     arch = ARCHITECTURES[a.preset]
     rows = toy_splits(400, 1, a.batch, seed=0)
     tok = tokenizer_with_vocab(rows["train"], arch["vocab"])
@@ -287,29 +288,35 @@ def gpu_bound(a, dev) -> dict:
     copy = statistics.median(timed(lambda: dst.copy_(buf), dev) for _ in range(10))
     bandwidth = 2 * buf.numel() / copy  # read + write
     del buf, dst
-    setting = INFERENCE_SETTINGS[a.gpu_setting]
-    engine.generate(prompts, setting, 0.01, list(range(a.batch)), 8, 2)  # warm-up, capture
-    steps = a.cot + engine.max_prefill + a.answer
-    t = statistics.median(timed(lambda: engine.generate(prompts, setting, 0.01, list(range(a.batch)), a.cot, a.answer),
-                                dev) for _ in range(a.repeats))
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     cfg = model.config
     head_dim = cfg.hidden_size // cfg.num_attention_heads
     p_len = engine.encode_prompts(prompts)[0].shape[1]
-    mean_len = p_len + steps / 2
-    kv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * a.batch * mean_len * 2
-    mix_bytes = len(tok) * cfg.hidden_size * 4 if setting.mode != "hard" else 0  # the float32 E of p @ E
-    bound = (weight_bytes + kv_bytes + mix_bytes) / bandwidth
+    names = list(INFERENCE_SETTINGS) if a.gpu_setting == "all" else [a.gpu_setting]
+    out = {"device": torch.cuda.get_device_name(0), "preset": a.preset, "batch": a.batch,
+           "copy_bandwidth_GBps": round(bandwidth / 1e9, 1), "weights_GB": round(weight_bytes / 1e9, 2),
+           "settings": {}}
+    for name in names:
+        setting = INFERENCE_SETTINGS[name]
+        engine.generate(prompts, setting, 0.01, list(range(a.batch)), 8, 2)  # warm-up, capture
+        steps = a.cot + engine.max_prefill + a.answer
+        t = statistics.median(timed(lambda: engine.generate(prompts, setting, 0.01, list(range(a.batch)), a.cot,
+                                                            a.answer), dev) for _ in range(a.repeats))
+        mean_len = p_len + steps / 2
+        kv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * a.batch * mean_len * 2
+        mix_bytes = len(tok) * cfg.hidden_size * 4 if setting.mode != "hard" else 0  # the float32 E of p @ E
+        bound = (weight_bytes + kv_bytes + mix_bytes) / bandwidth
+        out["settings"][name] = {
+            "decode_steps": steps, "mean_kv_GB": round(kv_bytes / 1e9, 2), "bound_ms_per_step": round(1e3 * bound, 3),
+            "ms_per_step": round(1e3 * t / steps, 3), "ratio_to_bound": round(t / steps / bound, 2),
+            "seconds_per_rollout_batch": round(t, 2)}
+        print(name, json.dumps(out["settings"][name]), flush=True)
+    out["peak_memory_GiB"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 1)
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        engine.generate(prompts, setting, 0.01, list(range(a.batch)), 32, 2)
-    return {"device": torch.cuda.get_device_name(0), "preset": a.preset, "setting": a.gpu_setting, "batch": a.batch,
-            "decode_steps": steps, "copy_bandwidth_GBps": round(bandwidth / 1e9, 1),
-            "weights_GB": round(weight_bytes / 1e9, 2), "mean_kv_GB": round(kv_bytes / 1e9, 2),
-            "bound_ms_per_step": round(1e3 * bound, 3), "ms_per_step": round(1e3 * t / steps, 3),
-            "ratio_to_bound": round(t / steps / bound, 2), "seconds_per_rollout_batch": round(t, 2),
-            "peak_memory_GiB": round(torch.cuda.max_memory_allocated() / 2 ** 30, 1),
-            "profile": prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)}
+        engine.generate(prompts, INFERENCE_SETTINGS[names[0]], 0.01, list(range(a.batch)), 32, 2)
+    out["profile"] = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
+    return out
 
 
 def main():
@@ -327,7 +334,7 @@ def main():
                     help="only the shared-prefix section (paper-shaped prompts on the toy architecture)")
     ap.add_argument("--toy-base", type=Path, default=Path("results/toy/models/toy"))
     ap.add_argument("--preset", choices=["llama-3.2-3b"], help="GPU: the bandwidth-bound comparison")
-    ap.add_argument("--gpu-setting", default="soft_sample")
+    ap.add_argument("--gpu-setting", default="all", help="one of the six settings, or all")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/rollout_speed.json"))
     a = ap.parse_args()
     torch.set_num_threads(a.threads)

@@ -1,6 +1,13 @@
 """Shared fixtures: a toy tokenizer and tiny Llama built in about a second, no download."""
 
 import json
+import os
+
+# The suite checks what CI checks, on the CPU. On a GPU machine the GPU is hidden (torch initialises
+# CUDA lazily, so this holds although torch is imported below) unless SOFTTOKENS_TEST_DEVICE=cuda
+# asks for it; the one-call verification of the GPU path is `softtokens gpu-check` (docs/gpu.md).
+if os.environ.get("SOFTTOKENS_TEST_DEVICE", "cpu") != "cuda":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 import pytest
 import torch

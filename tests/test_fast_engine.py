@@ -329,15 +329,18 @@ def test_stop_automaton_is_the_text_rule():
     assert hits > 50
 
 
-def test_fast_step_has_no_host_work(tiny_model, toy_tokenizer, toy_rows, monkeypatch):
+@pytest.mark.parametrize("attention", ["matmul", "sdpa"])
+def test_fast_step_has_no_host_work(tiny_model, toy_tokenizer, toy_rows, monkeypatch, attention):
     """The decode step traces as one graph (torch.compile fullgraph: any host sync, .item(),
     .tolist() or data-dependent Python branch would break it), which is what CUDA-graph capture needs.
-    The CUDA step it stands for runs torch operations only (the C kernels are the CPU's): off here."""
+    The CUDA step it stands for runs torch operations only (the C kernels are the CPU's): off here;
+    with the fused attention ("sdpa") it is the GPU's step."""
     monkeypatch.setattr(native_decode, "kernels", lambda: None)
     eng = CotEngine(tiny_model, toy_tokenizer, fixed_shapes=True)
+    eng.attention = attention
     from softtokens.generation import _DecodeRun
 
-    for name in ("soft_sample",):
+    for name in ("soft_sample", "hard_sample"):
         setting = INFERENCE_SETTINGS[name]
         ids, mask = eng.encode_prompts(_prompts(toy_rows["test"], 2))
         run = _DecodeRun(eng, setting, _sigma(setting), 8, 3, 1.0, slots=2, max_prompt=ids.shape[1], record_inputs=True)
@@ -371,8 +374,21 @@ def test_bf16_fast_engine_passes_the_paper_replay_bounds(toy_tokenizer, toy_rows
     assert replay.cot_steps > 0
     if setting.mode != "hard":
         assert rollout.noisy_inputs.dtype == torch.float32
-        assert replay.residual_sum / replay.cot_steps <= rl["replay_residual_max"]
+        assert replay.residual_sum / replay.residual_steps <= rl["replay_residual_max"]
     assert replay.argmax_mismatches / replay.cot_steps <= rl["replay_argmax_mismatch_max"]
+
+
+def _peaked(toy_tokenizer, seed=8):
+    """A tiny model whose attention is peaked and whose logits are large (the tiny test models'
+    near-uniform attention and near-zero logits would hide an error of a tenth of a percent)."""
+    model = copy.deepcopy(make_tiny_model(toy_tokenizer, seed=seed))
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(12.0)
+            layer.self_attn.k_proj.weight.mul_(12.0)
+            layer.self_attn.v_proj.weight.mul_(20.0)
+        model.lm_head.weight.mul_(50.0)
+    return model
 
 
 @torch.no_grad()
@@ -381,13 +397,7 @@ def test_shared_prefix_decode_is_the_whole_rows_attention(toy_tokenizer, toy_row
     the same to float32 rounding, on a model whose attention is peaked and whose logits are
     large (the tiny test models' near-uniform attention and near-zero logits would hide an error
     of a tenth of a percent in the prefix's share of a head's output)."""
-    model = copy.deepcopy(make_tiny_model(toy_tokenizer, seed=8))
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(12.0)
-            layer.self_attn.k_proj.weight.mul_(12.0)
-            layer.self_attn.v_proj.weight.mul_(20.0)
-        model.lm_head.weight.mul_(50.0)
+    model = _peaked(toy_tokenizer)
     prompts = _prompts(toy_rows["test"], 4, LONG_HEAD)
     setting = INFERENCE_SETTINGS["soft_greedy"]
     runs = []
@@ -408,3 +418,36 @@ def test_shared_prefix_decode_is_the_whole_rows_attention(toy_tokenizer, toy_row
         a.steps(1)
         b.steps(1)
     assert decode is None or decode
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("head", [LONG_HEAD, None])
+def test_gpu_decode_attention_equals_the_cpu_one(toy_tokenizer, toy_rows, head, monkeypatch):
+    """The GPU's decode step (fixed shapes, the fused attention kernel over each slot's whole row,
+    shared-prefix columns read from the slot's own copy) against the CPU's (two matmuls and a
+    float32 softmax, the prefix read once): the same logits to float32 rounding after the prefill
+    and after every step, and the same tokens. Run here on the CPU's SDPA; a GPU runs the
+    memory-efficient kernel (gpu-check compares it with the eager step and HF generate)."""
+    monkeypatch.setattr(native_decode, "kernels", lambda: None)
+    model = _peaked(toy_tokenizer)
+    prompts = _prompts(toy_rows["test"], 4, head)
+    setting = INFERENCE_SETTINGS["soft_greedy"]
+    runs = []
+    for attention, fixed in (("sdpa", True), ("matmul", False)):
+        engine = _engine(model, toy_tokenizer, head, fixed_shapes=fixed)
+        engine.attention = attention
+        ids, mask = engine.encode_prompts(prompts)
+        shared = engine.shared_tokens([r[m.bool()].tolist() for r, m in zip(ids, mask)])
+        run = generation._DecodeRun(engine, setting, 0.0, 12, 3, 0.0, slots=4, max_prompt=ids.shape[1],
+                                    record_inputs=True, shared=shared)
+        assert run.forward.attention == attention
+        run.admit(list(range(4)), ids, mask, [1, 2, 3, 4])
+        runs.append(run)
+    a, b = runs
+    assert a.cache.max_len % 16 == 0  # the fused kernel's mask rows are 16-byte aligned
+    for _ in range(8):
+        scale = float(b.logits.abs().max())
+        torch.testing.assert_close(a.logits, b.logits, rtol=0, atol=2e-6 * scale)
+        a.steps(1)
+        b.steps(1)
+    assert torch.equal(a.out_ids[:, :8], b.out_ids[:, :8])

@@ -30,6 +30,25 @@ import torch.nn.functional as F
 from softtokens import native_decode
 
 FAMILIES = ("llama", "qwen2", "mistral")
+# how the decode step attends: "matmul", two batched matmuls with a float32 softmax (HF's eager
+# attention, bit for bit; the CPU path), or "sdpa", torch's fused attention kernel (the GPU path)
+ATTENTIONS = ("matmul", "sdpa")
+
+
+def default_attention(device: torch.device) -> str:
+    return "sdpa" if torch.device(device).type == "cuda" else "matmul"
+
+
+def _sdpa_backends(device: torch.device):
+    """On CUDA, the memory-efficient kernel (it takes an additive mask and runs inside a CUDA
+    graph), else the math one; elsewhere torch's own choice."""
+    import contextlib
+
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def supports(model) -> bool:
@@ -105,7 +124,10 @@ class DecodeForward:
     The weights are read when it is made (once per decoding call): the model must not be
     re-parameterised while it decodes (an optimizer's in-place update would be seen)."""
 
-    def __init__(self, model, max_len: int, cpu_kernels: bool = True):
+    def __init__(self, model, max_len: int, cpu_kernels: bool = True, attention: str = "matmul"):
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention {attention!r}: one of {', '.join(ATTENTIONS)}")
+        self.attention = attention
         decoder = model.get_decoder()
         cfg = model.config
         layers = list(decoder.layers)
@@ -126,7 +148,8 @@ class DecodeForward:
         # exact and commutes with the product, so this is HF's rotation bit for bit, in fewer calls
         self.sin_signed = torch.cat((-sin[0][:, :half], sin[0][:, half:]), dim=-1)
         # float32 on CPU: the step's attention, norms and gating are C kernels (native_decode.py)
-        self.kernels = native_decode.kernels() if cpu_kernels and native_decode.CpuDecodeKernels.takes(
+        self.kernels = native_decode.kernels() if cpu_kernels and attention == "matmul" and \
+            native_decode.CpuDecodeKernels.takes(
             cfg.hidden_size, layers[0].mlp.gate_proj.weight.shape[0], self.head_dim, self.heads, self.kv_heads,
             self.cos.dtype, weight.device) else None
         if self.kernels is not None:  # their attention takes q, k and v as one row
@@ -150,7 +173,10 @@ class DecodeForward:
             k = k * cos + k.roll(half, -1) * sin
             v = F.linear(r, w.v, w.v_bias).view(n, Hk, D)
             K, V = cache.write_decode(i, k.unsqueeze(2), v.unsqueeze(2), write_at)  # (N, Hk, W, D)
-            o = self._torch_attention(q.view(n, Hk, G, D), K, V, mask, cache.shared_attention[i] if P else None)
+            if self.attention == "sdpa":
+                o = self._sdpa_attention(q.view(n, Hk, G, D), K, V, mask)
+            else:
+                o = self._torch_attention(q.view(n, Hk, G, D), K, V, mask, cache.shared_attention[i] if P else None)
             h = h + F.linear(o, w.o, w.o_bias)
             r = _rms_norm(h, w.norm2, w.eps2)
             gated = F.silu(F.linear(r, w.gate, w.gate_bias)) * F.linear(r, w.up, w.up_bias)
@@ -172,6 +198,18 @@ class DecodeForward:
             gated = kernels.silu_mul(F.linear(r, w.gate, w.gate_bias), F.linear(r, w.up, w.up_bias))
             y = F.linear(gated, w.down, w.down_bias)
         return kernels.add_rms_norm(h, y, self.norm, self.norm_eps)
+
+    def _sdpa_attention(self, q, K, V, mask) -> torch.Tensor:
+        """The same attention as one fused kernel per call (``scaled_dot_product_attention``): the
+        G query heads of a KV head are its G query rows, so each slot's keys and values are read
+        once, and the scores never leave the kernel (softmax in float32, as HF's attention). The
+        GPU path: two batched matmuls with M = G rows ran at ~10 % of the memory bandwidth on an
+        H100 (docs/gpu.md). Reads every slot's whole row, shared-prefix columns included (each
+        slot holds its copy of them)."""
+        n, Hk, G, D = q.shape
+        with _sdpa_backends(q.device):
+            o = F.scaled_dot_product_attention(q, K, V, attn_mask=mask, scale=self.scale)  # (N, Hk, G, D)
+        return o.reshape(n, Hk * G * D)
 
     def _torch_attention(self, q, K, V, mask, shared) -> torch.Tensor:
         """(N, Hk, G, D) queries over the cache up to the read window (N, Hk, W, D) -> (N, H * D)."""

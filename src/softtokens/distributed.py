@@ -23,6 +23,9 @@ class DataParallel:
         self.rank = int(os.environ.get("RANK", "0"))
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         if torch.cuda.is_available():
+            if local_rank >= torch.cuda.device_count():  # two processes on one GPU: NCCL refuses, later and vaguely
+                raise RuntimeError(f"process {local_rank} of {launched} on this node, but {torch.cuda.device_count()} "
+                                   "GPU(s) visible: launch one process per GPU (train_gpus, --nproc-per-node)")
             self.device = torch.device("cuda", local_rank)
             torch.cuda.set_device(self.device)
             backend = "nccl"

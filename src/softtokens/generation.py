@@ -40,7 +40,7 @@ from softtokens import decode_forward
 from softtokens.decode_forward import DecodeForward
 from softtokens.kvcache import SlotKVCache, prefill_mask
 from softtokens.metrics import entropy_from_logits
-from softtokens.modeling import check_plain_output_head, decoder_hidden, float32_weights, output_logits
+from softtokens.modeling import Float32Head, check_plain_output_head, decoder_hidden
 from softtokens.stoprule import StopAutomaton
 
 COT, PREFILL, ANSWER, DONE = 0, 1, 2, 3
@@ -240,6 +240,10 @@ class CotEngine:
         self.cuda_graphs = cuda_graphs and on_cuda and self.fixed_shapes
         self.fast_forward = decode_forward.supports(model)
         self.cpu_kernels = True  # float32 on a CPU: the decode step's C kernels (native_decode.py) where they build
+        # the decode step's attention: torch's fused kernel on CUDA, HF's eager arithmetic elsewhere
+        self.attention = decode_forward.default_attention(model.device)
+        # how the last decoding call ran: "captured" in a CUDA graph, or why not (gpu-check reports it)
+        self.graph_status = "not run"
         self.shared_ids = tokenizer(shared_prefix)["input_ids"] if shared_prefix else []
         self.stream_stats: dict[str, int] = {}  # decode steps, slot-steps paid, slot-steps of live rows
 
@@ -361,13 +365,16 @@ class _DecodeRun:
         dev = self.dev = model.device
         emb = model.get_input_embeddings()
         self.compute_dtype = emb.weight.dtype
-        # float32 views of the output projection and of E, made once per call (no copy in float32):
-        # logits, the mixture p @ E and the Gaussian noise are float32 (README, "Precision")
-        self.W32, self.E32 = float32_weights(model, engine.vocab_rows, with_input=self.continuous)
+        # logits, the mixture p @ E and the Gaussian noise are float32 (README, "Precision"): on CUDA
+        # one bf16 GEMM with a float32 result, elsewhere float32 copies of W and E made once per call
+        self.head = Float32Head(model, engine.vocab_rows, with_input=self.continuous)
         self.dim = dim = emb.weight.shape[1]
         vocab = engine.vocab_rows
         self.max_steps = S = cot_max + engine.max_prefill + answer_max
-        self.cache = SlotKVCache(slots, max_prompt + S + 1, dev)
+        columns = max_prompt + S + 1
+        if engine.attention == "sdpa":  # the fused kernel wants its mask rows aligned to 16 bytes
+            columns = -(-columns // 16) * 16
+        self.cache = SlotKVCache(slots, columns, dev)
         if shared:  # the prefix every prompt starts with, once (kvcache.py)
             ids = torch.tensor([list(shared)], dtype=torch.long, device=dev)
             self.cache.begin_shared()
@@ -376,7 +383,8 @@ class _DecodeRun:
                            use_cache=True)
             self.cache.end_shared()
         # one position of the decoder as plain tensor operations where the architecture allows
-        self.forward = DecodeForward(model, self.cache.max_len, engine.cpu_kernels) if engine.fast_forward else None
+        self.forward = (DecodeForward(model, self.cache.max_len, engine.cpu_kernels, engine.attention)
+                        if engine.fast_forward else None)
         self.fixed_shapes = engine.fixed_shapes
         self.n = slots
         self.rows = torch.arange(slots, device=dev)
@@ -385,20 +393,20 @@ class _DecodeRun:
         self.cot_pos, self.ans_pos, self.queue_pos, self.queue_kind, self.stop_state, self.step_count = (
             torch.zeros(slots, **long) for _ in range(6))
         self.stopped = torch.zeros(slots, dtype=torch.bool, device=dev)
-        self.logits = torch.zeros(slots, vocab, dtype=self.W32.dtype, device=dev)
+        self.logits = torch.zeros(slots, vocab, dtype=self.head.dtype, device=dev)
         self.u_cot = torch.zeros(slots, cot_max, device=dev)
         self.u_ans = torch.zeros(slots, answer_max, device=dev)
         self.eps = torch.zeros(slots, cot_max, dim, device=dev) if self.noisy_embedding else None
         self.row_keys = torch.zeros(slots, **long)  # each row's seed: its counter-noise key
         # the final hidden state that produced the current logits (hidden placement)
-        self.hidden = (torch.zeros(slots, dim, dtype=self.W32.dtype, device=dev)
+        self.hidden = (torch.zeros(slots, dim, dtype=self.head.dtype, device=dev)
                        if self.noisy and self.placement.where == "hidden" else None)
         # per-step records; column S is where finished rows write (discarded)
         self.out_ids = torch.full((slots, S + 1), engine.pad_id, **long)
         self.out_phase = torch.full((slots, S + 1), DONE, dtype=torch.int8, device=dev)
         self.out_argmax = torch.full((slots, S + 1), engine.pad_id, **long)
         self.out_entropy = torch.zeros(slots, S + 1, device=dev)
-        self.out_inputs = (torch.zeros(slots, S + 1, dim, dtype=self.W32.dtype, device=dev)
+        self.out_inputs = (torch.zeros(slots, S + 1, dim, dtype=self.head.dtype, device=dev)
                            if record_inputs and self.continuous else None)
         k = self.placement.top_k
         self.out_topk = torch.zeros(slots, S + 1, k, **long) if record_inputs and k else None
@@ -414,6 +422,7 @@ class _DecodeRun:
         self._live_host = torch.zeros(slots, dtype=torch.bool)
         self._length_bound = [0] * slots  # host-side upper bound of each slot's cache length
         self._graph = None
+        engine.graph_status = "not on CUDA" if dev.type != "cuda" else "CUDA graphs off"
         if self.fixed_shapes:
             self.cache.window = self.cache.max_len
             if dev.type == "cuda" and engine.cuda_graphs:
@@ -452,7 +461,7 @@ class _DecodeRun:
         # the head over every slot's row, not once per distinct prompt: on the CPU a GEMM of one or
         # two rows rounds differently from a wider one (MKL's small-matrix path; up to 3e-6 in the
         # entropies), and the toy's evaluations are pinned to the head over the admitted batch
-        self.logits[idx] = output_logits(self.model, hidden, weight=self.W32)
+        self.logits[idx] = self.head.logits(hidden)
         if self.hidden is not None:
             self.hidden[idx] = hidden.to(self.hidden.dtype)
         u_cot, u_ans, eps = self.engine._row_randomness(seeds, self.cot_max, self.answer_max, self.dim,
@@ -513,8 +522,10 @@ class _DecodeRun:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 self._step()
+            self.engine.graph_status = "captured"
             return graph
         except Exception as err:  # a model whose forward syncs with the host cannot be captured
+            self.engine.graph_status = f"not captured ({type(err).__name__}: {err}); ran eagerly"
             warnings.warn(f"decode step not captured in a CUDA graph ({type(err).__name__}: {err}); running eagerly")
             return None
 
@@ -540,13 +551,13 @@ class _DecodeRun:
                               else sample_tokens(logits, self.answer_temperature, u_ans), tok)
         topk_ids = None
         if self.continuous and self.placement.where == "embedding":
-            mix = probs_at_temperature(logits, self.setting.temperature).to(self.E32.dtype) @ self.E32
+            mix = self.head.mixture(probs_at_temperature(logits, self.setting.temperature))
             if self.noisy:
                 mix = mix + self.sigma * self.eps[rows, cot_idx]
             tok = torch.where(is_cot, argmax, tok)
         elif self.continuous:
             noised, topk_ids = self._noised_logits(logits, cot_idx)
-            mix = probs_at_temperature(noised, self.setting.temperature).to(self.E32.dtype) @ self.E32
+            mix = self.head.mixture(probs_at_temperature(noised, self.setting.temperature))
             tok = torch.where(is_cot, noised.argmax(-1), tok)  # the shadow token: the noised distribution's mode
         elif self.setting.temperature != self.answer_temperature:
             tok = torch.where(is_cot, argmax if self.setting.temperature == 0
@@ -589,7 +600,7 @@ class _DecodeRun:
         else:
             hidden = decoder_hidden(self.model, inputs_embeds=x.unsqueeze(1), attention_mask=cache.decode_mask(x.dtype),
                                     position_ids=cache.lengths.unsqueeze(1), past_key_values=cache, use_cache=True)[:, -1]
-        logits.copy_(output_logits(self.model, hidden, weight=self.W32))
+        logits.copy_(self.head.logits(hidden))
         if self.hidden is not None:
             self.hidden.copy_(hidden.to(self.hidden.dtype))
         cache.lengths += live
@@ -603,7 +614,7 @@ class _DecodeRun:
             if not self.noisy:  # W h is the current logits: no second projection
                 return logits, None
             h = self.hidden + self.sigma * counter_normal(self.row_keys, cot_idx, self.dim)
-            return output_logits(self.model, h, weight=self.W32), None
+            return self.head.logits(h), None
         if k:
             values, ids = logits.topk(k, dim=-1)
             if self.noisy:

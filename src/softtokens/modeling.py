@@ -167,6 +167,78 @@ def output_logits(model, hidden: torch.Tensor, vocab_rows: int | None = None,
     return hidden.to(weight.dtype) @ weight.T
 
 
+_FUSED_OK: dict[str, bool] = {}
+
+
+def fused_wide_matmul(device: torch.device) -> bool:
+    """Whether this device multiplies bf16 / fp16 matrices into a float32 result in one GEMM
+    (``torch.mm(..., out_dtype=torch.float32)``: CUDA in recent torch; CPUs have no kernel). Probed
+    once per device type; a torch without it answers False and callers keep float32 copies."""
+    key = str(torch.device(device).type)
+    if key not in _FUSED_OK:
+        ok = False
+        if key == "cuda":
+            try:
+                a = torch.ones(2, 8, dtype=torch.bfloat16, device=device)
+                ok = bool(torch.mm(a, a.T, out_dtype=torch.float32).dtype == torch.float32)
+            except (RuntimeError, TypeError, NotImplementedError):
+                ok = False
+        _FUSED_OK[key] = ok
+    return _FUSED_OK[key]
+
+
+def _mm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(n, k) @ (k, m) -> float32, b in bf16 / fp16, one fused GEMM (fused_wide_matmul). An ``a``
+    wider than ``b`` (float32 probabilities, a noised float32 hidden state) is split into its
+    rounding to b's dtype plus the remainder, both multiplied in the one GEMM: the result carries
+    ~16 bits of a's mantissa instead of 8 (relative error ~2^-17 per term), and each product is
+    exact and summed in float32."""
+    if a.dtype == b.dtype:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    hi = a.to(b.dtype)
+    lo = (a - hi.to(a.dtype)).to(b.dtype)
+    both = torch.mm(torch.cat((hi, lo)), b, out_dtype=torch.float32)  # (2n, m)
+    return both[: a.shape[0]] + both[a.shape[0]:]
+
+
+class Float32Head:
+    """The output projection and the soft mixture with float32 results, for decoding (no autograd).
+
+    ``logits(hidden)`` = hidden @ W[:rows].T and ``mixture(p)`` = p @ E[:rows], both float32.
+    Where the device has a fused bf16 -> float32 GEMM (CUDA), they read the bf16 W and E as they
+    are: no float32 copy of a 128k x 3k matrix (1.5 GB, read at every decode step at twice the
+    bytes). Elsewhere (CPU, float32 models) W and E are widened once, as ``float32_weights`` does;
+    the CPU's numbers are unchanged by this class."""
+
+    def __init__(self, model, vocab_rows: int | None = None, with_input: bool = False):
+        W = model.get_output_embeddings().weight
+        rows = vocab_rows or W.shape[0]
+        self.fused = W.dtype in (torch.bfloat16, torch.float16) and fused_wide_matmul(W.device)
+        if self.fused:
+            E = model.get_input_embeddings().weight if with_input else None
+            self.W, self.E = W[:rows], (None if E is None else E[:rows])
+        else:
+            self.W, self.E = float32_weights(model, vocab_rows, with_input)
+        self.dtype = torch.float32 if self.fused else self.W.dtype  # of the results
+
+    @property
+    def path(self) -> str:
+        return "fused bf16 GEMM, float32 output" if self.fused else f"{self.W.dtype} copies of W and E"
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., d) -> (..., V) float32 logits."""
+        if self.fused:
+            flat = hidden.reshape(-1, hidden.shape[-1])
+            return _mm_float32(flat, self.W.T).view(*hidden.shape[:-1], -1)
+        return hidden.to(self.W.dtype) @ self.W.T
+
+    def mixture(self, probs: torch.Tensor) -> torch.Tensor:
+        """(N, V) float32 weights -> (N, d) float32 p @ E."""
+        if self.fused:
+            return _mm_float32(probs, self.E)
+        return probs.to(self.E.dtype) @ self.E
+
+
 def hub_revision(model) -> str | None:
     """The hub commit a model was loaded from (None for a local directory), for provenance:
     a hub id alone does not say which weights were used."""

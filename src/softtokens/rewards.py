@@ -23,20 +23,31 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import NamedTuple
 
-from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
-from sympy import Basic, MatrixBase
-
 REWARD_CORRECT, REWARD_BOXED_WRONG, REWARD_NO_BOX = 100.0, 10.0, 0.0
 GRADING_TIMEOUT_S = 5.0  # per answer: gold lookup, extraction and comparison together
 
-# Only \boxed{...} counts as a completion's answer: no fallback to the last number in the text.
-_BOXED_ONLY = [LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)]
-# How a gold string is read, in order: (prefix, suffix, extraction config).
-_GOLD_READINGS = (
-    ("\\boxed{", "}", [LatexExtractionConfig(boxed_match_priority=0)]),
-    ("$", "$", [LatexExtractionConfig()]),
-    ("", "", [LatexExtractionConfig(), ExprExtractionConfig()]),
-)
+
+
+@lru_cache(maxsize=1)
+def _math_verify():
+    """math-verify and its reading rules, imported on first use: the modules that import this one
+    (training, evaluation) also run where no answer is graded (``softtokens gpu-check``, which
+    needs no math-verify).
+
+    Returns (parse, verify, boxed-only extraction, the gold readings in order: (prefix, suffix,
+    extraction config)). Only \\boxed{...} counts as a completion's answer: no fallback to the
+    last number in the text."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).addFilter(_DropOwnTimeoutWarning())
+    boxed_only = [LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)]
+    gold_readings = (
+        ("\\boxed{", "}", [LatexExtractionConfig(boxed_match_priority=0)]),
+        ("$", "$", [LatexExtractionConfig()]),
+        ("", "", [LatexExtractionConfig(), ExprExtractionConfig()]),
+    )
+    return parse, verify, boxed_only, gold_readings
 
 
 class GradingTimeout(BaseException):
@@ -56,9 +67,6 @@ class _DropOwnTimeoutWarning(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "Timeout is disabled" not in record.getMessage()
 
-
-for _name in ("math_verify.parser", "math_verify.grader"):
-    logging.getLogger(_name).addFilter(_DropOwnTimeoutWarning())
 
 
 @contextmanager
@@ -101,6 +109,8 @@ def _rewrite(text: str) -> str:
 
 
 def _has_math_value(parsed: list) -> bool:
+    from sympy import Basic, MatrixBase
+
     return any(isinstance(v, (Basic, MatrixBase)) for v in parsed)
 
 
@@ -127,6 +137,8 @@ def _unit_swallows_variable(gold: str, values: tuple) -> bool:
     tail = _GLUED_TAIL.search(gold)
     if not tail:
         return False
+    from sympy import Basic
+
     names = {str(sym) for v in values if isinstance(v, Basic) for sym in v.free_symbols}
     return not any(tail.group(1) in name or name in tail.group(1) for name in names)
 
@@ -138,8 +150,9 @@ def parse_gold(gold: str) -> tuple:
     preparation drops such rows, see ``gold_problem``).
 
     Parsed once per distinct gold string and cached, so a problem's G samples share it."""
+    parse, _, _, gold_readings = _math_verify()
     readings, text = [], _rewrite(gold)
-    for prefix, suffix, config in _GOLD_READINGS:
+    for prefix, suffix, config in gold_readings:
         readings.append(parse(prefix + text + suffix, extraction_config=config, parsing_timeout=None))
         if _has_math_value(readings[-1]):
             return tuple(readings[-1])
@@ -148,7 +161,8 @@ def parse_gold(gold: str) -> tuple:
 
 def extract_boxed(completion: str) -> list:
     """The parsed \\boxed{} answer of a completion, or an empty list if there is none."""
-    return parse(_rewrite(completion), extraction_config=_BOXED_ONLY, parsing_timeout=None)
+    parse, _, boxed_only, _ = _math_verify()
+    return parse(_rewrite(completion), extraction_config=boxed_only, parsing_timeout=None)
 
 
 def grade(completion: str, gold: str, timeout_s: float | None = GRADING_TIMEOUT_S) -> Grade:
@@ -161,6 +175,7 @@ def grade(completion: str, gold: str, timeout_s: float | None = GRADING_TIMEOUT_
             if not pred:
                 return Grade(False, False)
             boxed = True
+            verify = _math_verify()[1]
             return Grade(True, bool(verify(list(gold_values), pred, timeout_seconds=None)))
     except GradingTimeout:
         return Grade(boxed, False, timed_out=True)

@@ -71,15 +71,18 @@ class Replay(NamedTuple):
 
     cot: torch.Tensor           # (N,) CoT log-prob, with gradients
     answer: torch.Tensor        # (N,) answer log-prob, with gradients
-    residual_sum: float         # sum over continuous CoT steps of ||h~ - h0_replay||^2 / (d sigma^2)
-    argmax_mismatches: int      # CoT steps whose replayed argmax token differs from the rollout's
+    residual_sum: float         # sum over residual_steps of ||h~ - h0_replay||^2 / (d sigma^2)
+    argmax_mismatches: int      # CoT steps whose rollout argmax token the replay puts > logit_tolerance below its top
     cot_steps: int              # CoT steps in the batch
     near_ties: int = 0          # embedding-noise CoT steps whose mixture's 2nd weight is >= TIE_RATIO x its 1st
     jacobian_max: float = 0.0   # the largest p_(1) p_(2) / tau over them: the softmax Jacobian's top-two scale
+    argmax_flips: int = 0       # CoT steps whose replayed argmax differs from the rollout's at all (near ties too)
+    flip_gap_max: float = 0.0   # the largest (replay's top logit - its logit of the rollout's argmax) over flips
+    residual_steps: int = 0     # CoT steps the residual sums over: those whose replayed argmax is the rollout's
 
 
 def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
-                      vocab_rows: int | None = None, gaussian_scale: float = 1.0) -> Replay:
+                      vocab_rows: int | None = None, gaussian_scale: float = 1.0, logit_tolerance: float = 0.0) -> Replay:
     """Per-row (CoT log-prob, answer log-prob) of a recorded rollout, with gradients.
 
     One teacher-forced forward over [prompt | recorded step inputs]: hard and prefill/answer
@@ -89,29 +92,23 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     s: logits in float32 (modeling.output_logits), a token log-prob for hard CoT and answer steps,
     the Gaussian log-density of the float32 h~_s around h0_s = softmax(logits / tau) @ E (float32)
     for soft / fuzzy CoT steps. ``gaussian_scale`` multiplies the Gaussian terms (1 = the paper's
-    REINFORCE loss; 1/d weighs them per dimension, see README).
+    REINFORCE loss; 1/d weighs them per dimension, see README). A CoT step's argmax counts as a
+    mismatch when the replay's logit of the rollout's argmax token is more than ``logit_tolerance``
+    below the replay's top logit: bf16 forwards flip near ties (docs/gpu.md), a broken replay puts
+    the rollout's token nats below.
 
     Every weight is read inside this call, so it can run as the forward of a sharded (FSDP)
     module whose parameters are gathered for exactly that forward."""
     from softtokens.generation import ANSWER, COT, CONTINUOUS_MODES
-    from softtokens.modeling import decoder_hidden, float32_weights
+    from softtokens.modeling import float32_weights
 
     setting = rollout.setting
-    emb = model.get_input_embeddings()
     n, steps = rollout.step_ids.shape
-    x_prompt = emb(rollout.prompt_ids)
-    x_steps = emb(rollout.step_ids)
     is_cot = rollout.step_phase == COT
     is_answer = rollout.step_phase == ANSWER
     continuous = setting.mode in CONTINUOUS_MODES
-    if continuous:
-        x_steps = torch.where(is_cot.unsqueeze(-1), rollout.noisy_inputs.to(x_steps.dtype), x_steps)
-    x = torch.cat([x_prompt, x_steps], dim=1)
-    mask = torch.cat([rollout.prompt_mask, torch.ones_like(rollout.step_ids)], dim=1)
-    pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    hidden = decoder_hidden(model, inputs_embeds=x, attention_mask=mask, position_ids=pos)
+    h = step_hidden(model, rollout)  # h[:, s] produced step s
     W32, E32 = float32_weights(model, vocab_rows, with_input=continuous)  # one copy when E is tied to W
-    h = hidden[:, -(steps + 1):-1]  # h[:, s] produced step s
     # The (N, S, V) float32 logits never exist at once: each chunk of steps computes its terms and,
     # under autograd, is recomputed in the backward pass (README, "Rollout engine"). A rollout that
     # fits one chunk keeps it for the backward instead: the same peak, no recomputation.
@@ -125,7 +122,7 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
                 None if rollout.topk_ids is None else rollout.topk_ids[:, lo:hi],
                 None if rollout.row_keys is None else rollout.row_keys.to(h.device))
         kw = dict(setting=setting, sigma=sigma, answer_temperature=answer_temperature, gaussian_scale=gaussian_scale,
-                  placement=rollout.placement if continuous else None, first_step=lo)
+                  placement=rollout.placement if continuous else None, first_step=lo, logit_tolerance=logit_tolerance)
         if recompute:
             parts.append(checkpoint(_chunk_terms, *args, use_reentrant=False, **kw))
         else:
@@ -133,11 +130,37 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     cot_lp = sum(p[0] for p in parts)
     answer_lp = sum(p[1] for p in parts)
     embedding_noise = continuous and rollout.placement.where == "embedding"
-    residual_sum = float(sum(p[2] for p in parts)) * (-2.0 / hidden.shape[-1]) if embedding_noise else 0.0
-    mismatches = int(sum(p[3] for p in parts)) if rollout.argmax_ids is not None else 0
+    residual_sum = float(sum(p[2] for p in parts)) * (-2.0 / h.shape[-1]) if embedding_noise else 0.0
+    checked = rollout.argmax_ids is not None
+    mismatches = int(sum(p[3] for p in parts)) if checked else 0
     ties = int(sum(p[4] for p in parts)) if embedding_noise else 0
     jacobian_max = float(max(p[5] for p in parts)) if embedding_noise else 0.0
-    return Replay(cot_lp, answer_lp, residual_sum, mismatches, int(is_cot.sum().item()), ties, jacobian_max)
+    flips = int(sum(p[6] for p in parts)) if checked else 0
+    gap_max = float(max(p[7] for p in parts)) if checked else 0.0
+    residual_steps = int(sum(p[8] for p in parts)) if embedding_noise else 0
+    return Replay(cot_lp, answer_lp, residual_sum, mismatches, int(is_cot.sum().item()), ties, jacobian_max, flips,
+                  gap_max, residual_steps)
+
+
+def step_hidden(model, rollout) -> torch.Tensor:
+    """(N, S, d) final hidden states of a teacher-forced forward over [prompt | recorded step
+    inputs]: entry s is the state whose logits chose step s. Hard, prefill and answer steps are
+    re-embedded from their token ids (so E gets its usual gradient); continuous CoT steps feed the
+    recorded noisy inputs h~ as constants, in the model's compute dtype, as the rollout fed them."""
+    from softtokens.generation import COT, CONTINUOUS_MODES
+    from softtokens.modeling import decoder_hidden
+
+    emb = model.get_input_embeddings()
+    steps = rollout.step_ids.shape[1]
+    x_steps = emb(rollout.step_ids)
+    if rollout.setting.mode in CONTINUOUS_MODES:
+        is_cot = (rollout.step_phase == COT).unsqueeze(-1)
+        x_steps = torch.where(is_cot, rollout.noisy_inputs.to(x_steps.dtype), x_steps)
+    x = torch.cat([emb(rollout.prompt_ids), x_steps], dim=1)
+    mask = torch.cat([rollout.prompt_mask, torch.ones_like(rollout.step_ids)], dim=1)
+    pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    hidden = decoder_hidden(model, inputs_embeds=x, attention_mask=mask, position_ids=pos)
+    return hidden[:, -(steps + 1):-1]
 
 
 def placement_gaussian(h, logits, placement, sigma: float, row_keys, topk_ids, first_step: int) -> torch.Tensor:
@@ -159,13 +182,28 @@ def placement_gaussian(h, logits, placement, sigma: float, row_keys, topk_ids, f
 
 
 def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, topk_ids, row_keys, *, setting, sigma,
-                 answer_temperature, gaussian_scale, placement, first_step):
-    """(CoT log-prob, answer log-prob, sum of Gaussian terms, argmax mismatches, near ties, largest
-    softmax-Jacobian scale) of a chunk of steps; the last two only under embedding noise."""
+                 answer_temperature, gaussian_scale, placement, first_step, logit_tolerance=0.0):
+    """(CoT log-prob, answer log-prob, sum of Gaussian terms over the residual's steps, argmax
+    mismatches, near ties, largest softmax-Jacobian scale, argmax flips, largest flip gap, the
+    residual's steps) of a chunk of steps; near ties and the Jacobian scale only under embedding
+    noise. The residual's steps are the CoT steps whose replayed argmax is the rollout's: at a flip
+    h0 moves to another token's embedding (a fuzzy flip adds ~2 / gamma^2 = 18 to a step's term),
+    which is bf16 noise meeting a near tie, counted by the flips, not a sign of a broken replay."""
     from softtokens.generation import CONTINUOUS_MODES
     from softtokens.modeling import output_logits
 
     logits = output_logits(None, h, weight=W32)  # float32
+    mismatches = flips = gap_max = 0
+    flipped = torch.zeros_like(is_cot)
+    if argmax_ids is not None:
+        z = logits.detach()
+        top = z.max(-1)
+        gap = top.values - z.gather(-1, argmax_ids.unsqueeze(-1)).squeeze(-1)  # >= 0; 0 where they agree
+        flipped = is_cot & (top.indices != argmax_ids)
+        flips = flipped.sum()
+        mismatches = (flipped & (gap > logit_tolerance)).sum()
+        gap_max = torch.where(flipped, gap, 0.0).max()
+    agree = is_cot & ~flipped
     answer_terms = token_log_prob(logits, step_ids, answer_temperature)
     answer_lp = torch.where(is_answer, answer_terms, 0.0).sum(-1)
     gauss_sum = logits.new_zeros(())
@@ -178,7 +216,7 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, to
         gauss = gaussian_log_prob(noisy, probs @ E32, sigma)  # around h0 = softmax(logits / tau) @ E
         cot_terms = gaussian_scale * gauss
         # -2 sigma^2 log N / (d sigma^2) = ||h~ - h0||^2 / (d sigma^2): ~1 when the replay's h0 is the rollout's
-        gauss_sum = torch.where(is_cot, gauss.detach(), 0.0).sum()
+        gauss_sum = torch.where(agree, gauss.detach(), 0.0).sum()
         # d h0 / d logits = (diag p - p p^T) E / tau: near a tie of the top two weights it is ~ p1 p2 / tau
         # (2500 at tau = 1e-4), elsewhere ~ 0 at a fuzzy temperature; a diagnostic, without gradients
         top2 = probs.detach().topk(2, dim=-1).values
@@ -189,5 +227,4 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, to
     else:
         cot_terms = token_log_prob(logits, step_ids, setting.temperature)
     cot_lp = torch.where(is_cot, cot_terms, 0.0).sum(-1)
-    mismatches = (is_cot & (logits.detach().argmax(-1) != argmax_ids)).sum() if argmax_ids is not None else 0
-    return cot_lp, answer_lp, gauss_sum, mismatches, ties, jacobian_max
+    return cot_lp, answer_lp, gauss_sum, mismatches, ties, jacobian_max, flips, gap_max, agree.sum()

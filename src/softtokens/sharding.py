@@ -38,8 +38,9 @@ class ReplayPolicy(torch.nn.Module):
         self.lm = lm
 
     def forward(self, rollout, sigma: float, answer_temperature: float, vocab_rows: int,
-                gaussian_scale: float) -> Replay:
-        return rollout_log_probs(self.lm, rollout, sigma, answer_temperature, vocab_rows, gaussian_scale)
+                gaussian_scale: float, logit_tolerance: float = 0.0) -> Replay:
+        return rollout_log_probs(self.lm, rollout, sigma, answer_temperature, vocab_rows, gaussian_scale,
+                                 logit_tolerance)
 
 
 def decoder_layers(lm) -> list[torch.nn.Module]:

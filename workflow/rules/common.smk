@@ -36,6 +36,9 @@ EVAL = GRID["evaluation"]
 RL = resolved_rl(config, GRID_NAME)
 OOD = EVAL.get("ood_benchmarks", [])
 RESOURCES = GRID.get("resources", {})
+# the conda environment of the GPU rules (train, evaluate, evaluate_loglik): torch's CUDA build pinned on a
+# grid whose jobs ask for GPUs, the plain pins elsewhere (a laptop's toy grid needs no CUDA download)
+GPU_RULE_ENV = "../../envs/softtokens-gpu.yaml" if RESOURCES.get("train", {}).get("gpu") else "../../envs/softtokens.yaml"
 # the toy base is supervised on the first toy dataset of the grid
 TOY_BASE_DATASET = next((d for d, s in GRID["datasets"].items() if s["loader"] == "toy"), None)
 

@@ -14,7 +14,7 @@ if EVAL.get("one_job_per_setting", True):
         resources:
             **job_resources("evaluate"),
         conda:
-            "../../envs/softtokens.yaml"
+            GPU_RULE_ENV
         log:
             f"{RESULTS}/logs/evaluate/{{model}}/{{trained}}/{{benchmark}}/{{setting}}.log",
         benchmark:
@@ -39,7 +39,7 @@ else:  # one job writes a model's files for every setting (a CPU grid: the start
         resources:
             **job_resources("evaluate"),
         conda:
-            "../../envs/softtokens.yaml"
+            GPU_RULE_ENV
         log:
             f"{RESULTS}/logs/evaluate/{{model}}/{{trained}}/{{benchmark}}/all_settings.log",
         benchmark:
@@ -63,7 +63,7 @@ rule evaluate_loglik:
     resources:
         **job_resources("evaluate_loglik"),
     conda:
-        "../../envs/softtokens.yaml"
+        GPU_RULE_ENV
     log:
         f"{RESULTS}/logs/evaluate_loglik/{{model}}/{{trained}}/{{benchmark}}.log",
     benchmark:

@@ -21,7 +21,7 @@ rule train:
     resources:
         **job_resources("train"),
     conda:
-        "../../envs/softtokens.yaml"
+        GPU_RULE_ENV
     log:
         f"{RESULTS}/logs/train/{{model}}/{{dataset}}/{{arm}}/seed{{seed}}.log",
     benchmark:

@@ -1,0 +1,153 @@
+"""`softtokens gpu-check` and the GPU-only paths it verifies, as far as a CPU can run them: the
+command's smoke mode end to end (what CI runs, so the command cannot rot), the fused bf16 ->
+float32 head with the CUDA GEMM emulated, the one-process-per-GPU rule, and the check's own
+judgement (docs/gpu.md lists what only a GPU can show)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from softtokens import modeling
+from softtokens.generation import INFERENCE_SETTINGS, CotEngine
+from softtokens.modeling import Float32Head
+
+from conftest import make_tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu-check")
+    r = subprocess.run([sys.executable, "-m", "softtokens", "gpu-check", "--smoke", "--out", str(out),
+                        "--modes", "soft,hard"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return r, json.loads((out / "gpu_check.json").read_text()), (out / "gpu_check.md").read_text()
+
+
+def test_smoke_runs_every_section_and_passes(smoke):
+    r, report, summary = smoke
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert report["passed"] is True and report["failed"] == []
+    assert summary.startswith("# gpu-check: PASSED")
+    for key in ("device", "torch", "cuda", "transformers", "model", "parameters", "compute_dtype", "random_model"):
+        assert key in report
+    assert report["compute_dtype"] == "bfloat16"  # the paper grid's, read from config.yaml
+    assert report["random_model"]["entropy_nats"] == pytest.approx(1.0, abs=0.05)
+    names = {c["check"] for c in report["checks"]}
+    assert "hard greedy tokens equal HF generate (float32)" in names
+    assert any("captured in a CUDA graph" in n for n in names)  # n/a on a CPU, present all the same
+    assert {c["passed"] for c in report["checks"] if "CUDA graph" in c["check"]} == {None}
+
+
+def test_smoke_measures_what_the_issue_asks(smoke):
+    _, report, _ = smoke
+    engine = report["sections"]["engine"]
+    assert set(engine["settings"]) == set(INFERENCE_SETTINGS)
+    for row in engine["settings"].values():
+        assert row["ms_per_step"] > 0 and row["bound_ms_per_step"] > 0 and row["graph"] == "not on CUDA"
+    assert engine["noise"]["energy_per_dim"] == pytest.approx(1.0, abs=0.25)
+    evaluation = report["sections"]["evaluation"]
+    assert set(evaluation["settings"]) == set(INFERENCE_SETTINGS) and evaluation["loglik"]["rows"] > 0
+    modes = report["sections"]["training"]["modes"]
+    assert set(modes) == {"soft", "hard"}
+    for mode, result in modes.items():
+        assert len(result["steps"]) == 2
+        for step in result["steps"]:
+            assert step["seconds_rollout"] > 0 and step["seconds_update"] > 0
+            assert step["reward_std"] >= 0 and step["replay_argmax_mismatch"] is not None
+        assert "planned_GB" in result["memory"]
+    assert modes["soft"]["master_moved"]["share"] >= 0.99
+    assert any(s["reward_std"] > 0 for s in modes["soft"]["steps"])  # the stand-in grader gives a gradient
+
+
+def test_gpu_check_needs_no_math_verify():
+    """The device image has no math-verify: neither the check nor the training it drives imports it."""
+    code = ("import sys, softtokens.gpucheck, softtokens.training, softtokens.evaluation; "
+            "print('math_verify' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+def test_a_failed_check_fails_the_report(tmp_path):
+    from softtokens.gpucheck import Report
+
+    meta = {"device": {"name": "x"}, "torch": "t", "cuda": None, "transformers": "t", "model": "m",
+            "parameters": 1, "compute_dtype": "bfloat16", "date": "d"}
+    report = Report(tmp_path, meta)
+    report.check("engine", "a", True, 1)
+    report.check("engine", "b", None, "n/a")
+    assert report.passed
+    report.check("training", "c", False, 2.6, "<= 1.5")
+    report.write()
+    written = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert written["passed"] is False and written["failed"] == ["training: c"]
+    assert "**FAIL**" in (tmp_path / "gpu_check.md").read_text()
+
+
+def _cuda_mm(monkeypatch):
+    """torch.mm with out_dtype, as CUDA has it: bf16 products are exact in float32, summed in float32."""
+    mm = torch.mm
+
+    def fake(a, b, *, out_dtype=None):
+        if out_dtype is None:
+            return mm(a, b)
+        assert a.dtype == b.dtype == torch.bfloat16 and out_dtype == torch.float32
+        return mm(a.float(), b.float())
+
+    monkeypatch.setattr(torch, "mm", fake)
+    monkeypatch.setattr(modeling, "fused_wide_matmul", lambda device: True)
+
+
+@torch.no_grad()
+def test_fused_head_equals_float32_copies(monkeypatch, toy_tokenizer):
+    """On CUDA the engine reads the bf16 W and E as they are (one GEMM with a float32 result): its
+    logits equal the float32-copy path's; its mixtures of float32 weights (split into their bf16
+    rounding plus remainder) are within 1e-4 of them, far below the noise sigma."""
+    model = make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=2)
+    copies = Float32Head(model, len(toy_tokenizer), with_input=True)
+    assert not copies.fused  # a CPU has no such kernel
+    _cuda_mm(monkeypatch)
+    fused = Float32Head(model, len(toy_tokenizer), with_input=True)
+    assert fused.fused and fused.W.dtype == torch.bfloat16 and fused.dtype == torch.float32
+    hidden = torch.randn(5, model.config.hidden_size).bfloat16()
+    torch.testing.assert_close(fused.logits(hidden), copies.logits(hidden), rtol=0, atol=1e-6)
+    hidden32 = torch.randn(5, model.config.hidden_size)  # a noised float32 hidden state (hidden placement)
+    torch.testing.assert_close(fused.logits(hidden32), copies.logits(hidden32), rtol=1e-4, atol=1e-4)
+    probs = torch.softmax(torch.randn(5, len(toy_tokenizer)) * 3, -1)
+    scale = float(copies.mixture(probs).abs().max())
+    torch.testing.assert_close(fused.mixture(probs), copies.mixture(probs), rtol=0, atol=1e-4 * scale)
+    with pytest.raises(AssertionError):  # without the remainder the bf16 rounding of p shows
+        torch.testing.assert_close(probs.bfloat16().float() @ copies.E, copies.mixture(probs), rtol=0,
+                                   atol=1e-4 * scale)
+
+
+def test_engine_with_the_fused_head_decodes_as_with_copies(monkeypatch, toy_tokenizer, toy_rows):
+    """A whole bf16 rollout through the fused head takes the same tokens as through float32 copies."""
+    from softtokens.data import format_prompt
+
+    model = make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=2)
+    prompts = [format_prompt(r["question"]) for r in toy_rows["test"][:3]]
+    args = (prompts, INFERENCE_SETTINGS["fuzzy_greedy"], 0.0, [1, 2, 3], 12, 3)
+    plain = CotEngine(model, toy_tokenizer).generate(*args)
+    _cuda_mm(monkeypatch)
+    fused = CotEngine(model, toy_tokenizer).generate(*args)
+    assert torch.equal(plain.step_ids, fused.step_ids)
+    torch.testing.assert_close(plain.noisy_inputs, fused.noisy_inputs, rtol=0, atol=1e-3)
+
+
+def test_one_process_per_gpu(monkeypatch):
+    """Two processes on a node with one visible GPU: a clear error before NCCL's vague one."""
+    from softtokens.distributed import DataParallel
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(RuntimeError, match="1 GPU\\(s\\) visible: launch one process per GPU"):
+        DataParallel()
