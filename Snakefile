@@ -34,6 +34,8 @@ include: "workflow/rules/report.smk"
 onstart:
     # on SLURM, before any job is submitted: would the executor lose track of its jobs?
     slurm_status_check(workflow)
+    # backups of update() outputs that a killed Snakemake left behind (softtokens.backups)
+    settle_update_backups(workflow)
 
 
 rule all:

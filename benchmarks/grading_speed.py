@@ -14,6 +14,7 @@ line; completions are then made from each gold (its boxed copy, a wrong number, 
 
     python benchmarks/grading_speed.py
     python benchmarks/grading_speed.py --golds results/paper/data/math500/test.jsonl --rounds 5
+    python benchmarks/grading_speed.py --pool 1 2   # in-process grading vs the grading pool (grading.py)
 """
 
 import argparse
@@ -82,14 +83,62 @@ def timed(fn, pairs: list[tuple[str, str]], per_gold: int) -> float:
     return len(pairs) * per_gold / (time.perf_counter() - start)
 
 
+CLEAR = "__clear the gold cache__"
+
+
+def grade_or_clear(completion: str, gold: str, timeout_s):
+    """rewards.grade in a pool worker; the completion CLEAR empties the worker's gold cache (a round's
+    start, as parse_gold.cache_clear() does in this process)."""
+    if completion == CLEAR:
+        parse_gold.cache_clear()
+        return (False, False, False)
+    return grade(completion, gold, timeout_s)
+
+
+def pool_throughput(pairs: list[tuple[str, str]], per_gold: int, rounds: int, workers: list[int]) -> None:
+    """Answers per second: in-process rewards.grade (the SIGALRM budget only) against the grading
+    pool (worker processes, a hard budget) at each worker count. Each pool is started and warmed
+    once, as a training or evaluation job keeps its pool; rounds interleave, and every round starts
+    with cold gold caches, in this process and in the workers alike."""
+    from softtokens.grading import GradingPool
+
+    batch = [pair for pair in pairs for _ in range(per_gold)]
+    pools = {w: GradingPool(w, grade_fn=grade_or_clear) for w in workers}
+    for pool in pools.values():
+        pool.grade_many(batch[:200])  # the workers are up and their imports done
+    results = {"in-process": []} | {f"pool x{w}": [] for w in workers}
+    for r in range(rounds):
+        parse_gold.cache_clear()
+        start = time.perf_counter()
+        for c, g in batch:
+            grade(c, g)
+        results["in-process"].append(len(batch) / (time.perf_counter() - start))
+        for w, pool in pools.items():
+            pool.grade_many([(CLEAR, "")] * w * 4)
+            start = time.perf_counter()
+            pool.grade_many(batch)
+            results[f"pool x{w}"].append(len(batch) / (time.perf_counter() - start))
+    for pool in pools.values():
+        pool.close()
+    base = statistics.median(results["in-process"])
+    print(f"{len(batch)} answers per round, {rounds} rounds")
+    for name, xs in results.items():
+        print(f"{name:12}: {statistics.median(xs):8.1f} answers/s  ratio {statistics.median(xs) / base:.3f}  "
+              f"(rounds: {', '.join(f'{x:.0f}' for x in xs)})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--golds", type=Path, help="prepared rows (.jsonl) or one gold per line; default: the fixture")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--per-gold", type=int, default=4, help="times each (completion, gold) pair is graded in a row")
+    ap.add_argument("--pool", type=int, nargs="*", help="worker counts: in-process grading vs the grading pool")
     a = ap.parse_args()
     logging.disable(logging.WARNING)  # math-verify logs each time-out; time-outs are not what is measured here
     pairs = file_pairs(a.golds) if a.golds else fixture_pairs()
+    if a.pool:
+        pool_throughput(pairs, a.per_gold, a.rounds, a.pool)
+        return
     timed(grade, pairs[:20], 1)  # imports and regex compilation out of the way
     timed(baseline_grade, pairs[:20], 1)
     base, new = [], []

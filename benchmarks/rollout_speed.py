@@ -269,7 +269,7 @@ def rl_step(toy_base: Path, a) -> dict:
                           for k in ("seconds_rollout", "seconds_reward", "seconds_update")}
             out[label]["seconds_step"] = round(sum(out[label].values()), 3)
         out["fast_vs_previous_step"] = round(out["previous"]["seconds_step"] / out["fast"]["seconds_step"], 2)
-        trainer.dp.close()
+        trainer.close()
     return out
 
 

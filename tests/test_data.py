@@ -49,3 +49,19 @@ def test_toy_sum_is_what_the_cot_writes():
 
     assert toy_sum(58, 74) == 132 and toy_sum(58, 74, forget_carry=True) == 122
     assert toy_sum(99, 99, forget_carry=True) == 188 and toy_sum(51, 23, forget_carry=True) == 74
+
+
+def test_the_prompt_is_the_papers_byte_for_byte():
+    """The paper's GSM8K prompt example (Appendix "Format Following"), as its LaTeX renders it: the
+    instruction, a line break (its `\\\\`), "User: QUESTION Assistant:"; then the trailing space
+    its task prompt (Appendix B) has after "Assistant:". docs/protocol.md lists this."""
+    from softtokens.data import format_prompt
+
+    example = ("A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
+               "The assistant first shows the complete reasoning process step by step, then provides the final "
+               "answer in \\boxed{}. The assistant must always follow the format: 'User: [question] Assistant: "
+               "[detailed reasoning] The final answer is: \\boxed{[answer]}.'\n"
+               "User: Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+               "How many clips did Natalia sell altogether in April and May? Assistant:")
+    question = example.split("\nUser: ")[1].removesuffix(" Assistant:")
+    assert format_prompt(question) == example + " "

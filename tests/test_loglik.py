@@ -71,13 +71,16 @@ def test_summary_definitions():
 
 
 def test_toy_choice_rows_are_well_formed_and_seeded():
+    """A toy word problem with four candidate totals; the cloze context is the reference CoT up to
+    'Sum:', where the toy model writes the total."""
     rows = toy_choice_rows(50, seed=1)
     assert rows == toy_choice_rows(50, seed=1)
     for r in rows:
         assert len(r["choices"]) == 4 and len(set(r["choices"])) == 4
-        x, y = r["context"].rsplit(":", 1)[1].removesuffix("=").split("+")
-        assert r["choices"][r["label"]] == str(int(x) + int(y))
-        assert r["context"].startswith(PROMPT_PREAMBLE + "User: ")
+        a, b = (int(x) for x in r["context"].rsplit("Assistant: ", 1)[1].split(":")[0].split(" + "))
+        assert r["choices"][r["label"]] == str(a + b)
+        assert r["context"].startswith(PROMPT_PREAMBLE) and r["context"].endswith("Sum:")
+        assert r["question"] in r["context"]
     assert len({r["label"] for r in rows}) == 4  # the gold position is shuffled
 
 
@@ -89,9 +92,12 @@ def test_cli_evaluate_loglik(tmp_path, tiny_model, toy_tokenizer):
     data.write_text("".join(json.dumps(r) + "\n" for r in toy_choice_rows(8, seed=0)))
     out = tmp_path / "loglik.json"
     res = subprocess.run([sys.executable, "-m", "softtokens", "evaluate-loglik", "--model", str(model_dir),
-                          "--data", str(data), "--out", str(out), "--settings", json.dumps({"batch_size": 4})],
-                         capture_output=True, text=True)
+                          "--data", str(data), "--out", str(out), "--settings",
+                          json.dumps({"batch_size": 4, "loglik_batch_size": 4, "cot_max_tokens": 6,
+                                      "answer_max_tokens": 3})], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     result = json.loads(out.read_text())
     assert result["n_problems"] == 8 and 0 <= result["accuracy"] <= 1 and result["nll_correct"] > 0
-    assert result["provenance"]["inputs"]["data"]["sha256"]
+    assert result["protocol"] == "generative" and result["definition"]["accuracy"].startswith("success rate")
+    assert result["provenance"]["inputs"]["data"]["sha256"] and result["provenance"]["config"]["protocol"] == "generative"
+    assert result["provenance"]["config"]["cot_max_tokens"] == 6

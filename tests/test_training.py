@@ -22,8 +22,9 @@ def train_rows(metrics):
     return [m for m in metrics if m["kind"] == "train"]
 
 
-def run_in_process(base, toy_rows, out: Path, cfg: TrainConfig, crash_at: int | None = None) -> Trainer:
-    trainer = Trainer(cfg, str(base / "model"), toy_rows["train"], toy_rows["validation"], out / "_resume")
+def run_in_process(base, toy_rows, out: Path, cfg: TrainConfig, crash_at: int | None = None, grader=None) -> Trainer:
+    trainer = Trainer(cfg, str(base / "model"), toy_rows["train"], toy_rows["validation"], out / "_resume",
+                      grader=grader)
     if crash_at is not None:
         real = trainer.train_step
 
@@ -144,11 +145,11 @@ def test_relative_clipping_bounds_each_step_by_the_median_of_the_previous_norms(
 
     # the untrained tiny base never boxes an answer, so every reward ties and no step has a gradient:
     # a grader that pays for completions of even length (deterministic) gives every step one
-    monkeypatch.setattr(training, "grade", lambda completion, gold, timeout: Grade(True, len(completion) % 2 == 0))
+    even = lambda completion, gold, timeout: Grade(True, len(completion) % 2 == 0)  # noqa: E731
     settings = {**CFG, "mode": "fuzzy", "lr": 1e-5, "prompts_per_step": 4, "steps": 8, "val_every": 100,
                 "max_grad_norm_ratio": 0.5, "grad_norm_window": 3}
     cfg = TrainConfig(**settings)
-    straight = train_rows(run_in_process(base, toy_rows, tmp_path / "straight", cfg).metrics)
+    straight = train_rows(run_in_process(base, toy_rows, tmp_path / "straight", cfg, grader=even).metrics)
     for i, m in enumerate(straight):
         history = [p["grad_norm"] for p in straight[:i] if p["grad_norm"] > 0][-3:]  # steps with a gradient
         if len(history) < min(GRAD_NORM_HISTORY_MIN, 3):
@@ -159,8 +160,8 @@ def test_relative_clipping_bounds_each_step_by_the_median_of_the_previous_norms(
     assert any(m["clipped"] for m in straight)
     assert all(m["jacobian_max"] >= 0 and m["near_ties"] >= 0 for m in straight)
 
-    run_in_process(base, toy_rows, tmp_path / "resumed", cfg, crash_at=6)
-    resumed = train_rows(run_in_process(base, toy_rows, tmp_path / "resumed", cfg).metrics)
+    run_in_process(base, toy_rows, tmp_path / "resumed", cfg, crash_at=6, grader=even)
+    resumed = train_rows(run_in_process(base, toy_rows, tmp_path / "resumed", cfg, grader=even).metrics)
     for x, y in zip(straight, resumed):
         assert (x["grad_clip"] is None) == (y["grad_clip"] is None)
         assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-5)
@@ -168,11 +169,16 @@ def test_relative_clipping_bounds_each_step_by_the_median_of_the_previous_norms(
             assert x["grad_clip"] == pytest.approx(y["grad_clip"], rel=1e-5)
 
     unclipped = train_rows(run_in_process(base, toy_rows, tmp_path / "unclipped",
-                                          TrainConfig(**{**settings, "max_grad_norm_ratio": 0.0})).metrics)
+                                          TrainConfig(**{**settings, "max_grad_norm_ratio": 0.0}), grader=even).metrics)
     assert all(m["grad_clip"] is None for m in unclipped)
     first = next(i for i, m in enumerate(straight) if m["clipped"])
     assert straight[first]["grad_norm"] == pytest.approx(unclipped[first]["grad_norm"], rel=1e-5)  # same until then
-    assert straight[-1]["loss"] != pytest.approx(unclipped[-1]["loss"], rel=1e-6)
+    # a clipped step moves the weights otherwise than the same step unclipped
+    from safetensors.torch import load_file
+
+    clipped_w = load_file(tmp_path / "straight" / "checkpoints" / "latest" / "model.safetensors")
+    unclipped_w = load_file(tmp_path / "unclipped" / "checkpoints" / "latest" / "model.safetensors")
+    assert any(not torch.equal(clipped_w[k], unclipped_w[k]) for k in clipped_w)
 
 
 def test_steps_without_a_gradient_are_not_part_of_the_clipping_history():
@@ -199,10 +205,10 @@ def test_group_clipping_bounds_the_embedding_and_the_rest_each_by_its_own_histor
     from softtokens import training
     from softtokens.rewards import Grade
 
-    monkeypatch.setattr(training, "grade", lambda completion, gold, timeout: Grade(True, len(completion) % 2 == 0))
+    even = lambda completion, gold, timeout: Grade(True, len(completion) % 2 == 0)  # noqa: E731
     cfg = TrainConfig(**{**CFG, "mode": "fuzzy", "lr": 1e-5, "prompts_per_step": 4, "steps": 8, "val_every": 100,
                          "max_grad_norm_ratio": 0.5, "grad_norm_window": 3, "grad_clip_groups": "embedding_rest"})
-    rows = train_rows(run_in_process(base, toy_rows, tmp_path, cfg).metrics)
+    rows = train_rows(run_in_process(base, toy_rows, tmp_path, cfg, grader=even).metrics)
     clipped_any = False
     for i, m in enumerate(rows):
         assert m["grad_clip"] is None  # the ratio is the groups'

@@ -68,7 +68,8 @@ def test_one_evaluate_job_per_setting_unless_the_grid_says_otherwise(tmp_path):
 
 def test_evaluation_takes_the_cot_settings_of_its_grid_and_run(tmp_path):
     """`soft_temperature` set for the grid reaches the base model's soft_greedy evaluation; set
-    for one training cell, it reaches that run's evaluations (and its training)."""
+    for one training cell, it reaches that run's training, and its evaluations when the grid tests
+    runs with their own settings (`inference_settings: run`; Section 4's, the grid's, otherwise)."""
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     config["grids"]["toy"]["rl"]["soft_temperature"] = 0.7
     config["grids"]["toy"]["training"][0]["rl"] = {"soft_temperature": 0.9}
@@ -83,7 +84,13 @@ def test_evaluation_takes_the_cot_settings_of_its_grid_and_run(tmp_path):
     commands = [line for line in run.stdout.splitlines() if "python -m softtokens" in line]
     evaluate = next(line for line in commands if " evaluate " in line)
     train = next(line for line in commands if " train " in line)
-    assert '"soft_temperature": 0.9' in evaluate and '"soft_temperature": 0.9' in train
+    assert '"soft_temperature": 0.7' in evaluate and '"soft_temperature": 0.9' in train
+    config["grids"]["toy"]["evaluation"]["inference_settings"] = "run"
+    cfg.write_text(yaml.safe_dump(config))
+    run = snakemake("results/toy/eval/toy/toyarith-soft-seed0/toyarith/soft_sample.json", *args)
+    assert run.returncode == 0, run.stderr
+    evaluate = next(line for line in run.stdout.splitlines() if "python -m softtokens evaluate " in line)
+    assert '"soft_temperature": 0.9' in evaluate
 
 
 PAPER_ENV = {"SOFTTOKENS_SLURM_ACCOUNT": "testacct", "SOFTTOKENS_SLURM_GPU_PARTITION": "testgpu"}
@@ -128,8 +135,9 @@ def test_ablations_grid_plans_24_variant_runs_and_reuses_the_main_cells():
 
 
 def test_a_variant_reaches_its_training_and_its_evaluation(tmp_path):
-    """A variant's tau / placement / k reach its training job; tau and gamma its evaluation, whose
-    placement is the paper's (embedding) unless the grid evaluates in the run's own placement."""
+    """A variant's tau / placement / k reach its training job; its evaluation uses Section 4's
+    settings (tau 0.5 / 1e-4, gamma 0.33, embedding noise), as the paper evaluates its ablations,
+    unless the grid asks for the run's own (evaluation.inference_settings: run)."""
     args = ["-n", "-p", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(ROOT / "config.yaml")]
     target = "results/toy/eval/toy/toyarith-soft@logits-top5-seed1/toyarith/soft_greedy.json"
     proc = snakemake(target, *args, "--config", "grid=toy-ablations")
@@ -139,21 +147,24 @@ def test_a_variant_reaches_its_training_and_its_evaluation(tmp_path):
     evaluate = next(line for line in commands if " evaluate " in line)
     assert '"noise_placement": "logits"' in train and '"noise_top_k": 5' in train and '"soft_temperature": 1.0' in train
     assert '"variant": "logits-top5"' in train and "soft@logits-top5/seed1/_resume" in train
-    assert '"soft_temperature": 1.0' in evaluate and '"noise_placement": "embedding"' in evaluate
+    assert '"soft_temperature": 0.5' in evaluate and '"noise_placement": "embedding"' in evaluate
+    assert '"noise_top_k": 0' in evaluate
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    config["grids"]["toy-ablations"]["evaluation"]["inference_placement"] = "run"
-    cfg = tmp_path / "run_placement.yaml"
+    config["grids"]["toy-ablations"]["evaluation"]["inference_settings"] = "run"
+    cfg = tmp_path / "run_settings.yaml"
     cfg.write_text(yaml.safe_dump(config))
     proc = snakemake(target, "-n", "-p", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(cfg),
                      "--config", "grid=toy-ablations")
     assert proc.returncode == 0, proc.stderr[-3000:]
     evaluate = next(line for line in proc.stdout.splitlines() if "python -m softtokens evaluate " in line)
     assert '"noise_placement": "logits"' in evaluate and '"noise_top_k": 5' in evaluate
+    assert '"soft_temperature": 1.0' in evaluate
     tau = snakemake("results/toy/eval/toy/toyarith-fuzzy@tau0.01-seed0/toyarith/fuzzy_greedy.json", *args,
                     "--config", "grid=toy-ablations")
     assert tau.returncode == 0, tau.stderr[-3000:]
-    assert sum('"fuzzy_temperature": 0.01' in line for line in tau.stdout.splitlines()
-               if "python -m softtokens" in line) == 2  # its training and its evaluation
+    lines = [line for line in tau.stdout.splitlines() if "python -m softtokens" in line]
+    assert sum('"fuzzy_temperature": 0.01' in line for line in lines) == 1  # its training; its test is at 1e-4
+    assert any(" evaluate " in line and '"fuzzy_temperature": 0.0001' in line for line in lines)
 
 
 def test_paper_jobs_resources_and_launcher():
@@ -179,6 +190,8 @@ def test_paper_jobs_resources_and_launcher():
     assert '"noise_factor": 0.33' in evaluate and '"hard_temperature": 1.0' in evaluate
     loglik = text.split("rule evaluate_loglik:")[1].split("rule ")[0]
     assert "gpu=1" in loglik and "--model Qwen/Qwen2.5-3B-Instruct" in loglik
+    # the paper's out-of-domain protocol: a hard greedy CoT at the evaluation's budgets (softtokens.ood)
+    assert '"protocol": "generative"' in loglik and '"cot_max_tokens": 512' in loglik
 
 
 def test_dry_run_refuses_a_grid_whose_jobs_cannot_fit(tmp_path):

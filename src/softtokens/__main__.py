@@ -1,3 +1,4 @@
 from softtokens.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # not in a spawned worker, which imports this module as __mp_main__
+    raise SystemExit(main())

@@ -99,7 +99,7 @@ def cmd_train(a) -> None:
     if not base_is_path:  # a hub id: record the commit whose weights were loaded
         prov.add_external("base_model", f"{a.base}@{trainer.base_revision or 'unknown revision'}")
     trainer.run()
-    attempts = trainer.attempts()  # before finish() removes the resume state that holds them
+    attempts = trainer.attempts()
     trainer.finish(Path(a.checkpoints), Path(a.metrics))
     if not trainer.dp.is_main:
         return  # the main process writes the outputs and their provenance
@@ -203,29 +203,38 @@ def _selection_record(a) -> dict:
 
 
 def _model_to_evaluate(a) -> tuple[str, dict]:
-    """The model path and the provenance inputs of a --model / --selected pair of arguments."""
+    """The model path and the provenance inputs of a --model / --selected pair of arguments; a
+    selected checkpoint is verified against what its training wrote before anything loads it."""
     if a.selected:
+        from softtokens.selection import CheckpointError, verify_checkpoint
+
         model_path = json.loads(Path(a.selected).read_text())["checkpoint"]
+        try:
+            verify_checkpoint(model_path)
+        except CheckpointError as err:
+            raise SystemExit(f"error: {err}") from None
         return model_path, {"selected": a.selected, "checkpoint": model_path}
     return a.model, ({"base_model": a.model} if Path(a.model).exists() else {})
 
 
 def cmd_evaluate_loglik(a) -> None:
     from softtokens.data import read_jsonl
-    from softtokens.loglik import evaluate_loglik
+    from softtokens.ood import DEFAULT_PROTOCOL, evaluate_ood
     from softtokens.provenance import Provenance, write_json
 
     s = _settings(a.settings)
     model_path, inputs = _model_to_evaluate(a)
     expected = check_expected(a.expect)
-    prov = Provenance("evaluate_loglik", s, inputs={**inputs, "data": a.data}, params=s)
+    protocol = s.get("protocol", DEFAULT_PROTOCOL)
+    prov = Provenance("evaluate_loglik", {**s, "protocol": protocol}, inputs={**inputs, "data": a.data}, params=s)
     prov.expected = expected
     rows = read_jsonl(a.data, required=("id", "context", "choices", "label"))
-    result = evaluate_loglik(model_path, rows, s.get("batch_size", 32), s.get("dtype", "float32"), a.threads)
+    result = evaluate_ood(model_path, rows, protocol, s.get("cot_max_tokens", 512), s.get("answer_max_tokens", 32),
+                          s.get("batch_size", 64), s.get("loglik_batch_size", 32), s.get("dtype", "float32"), a.threads)
     if not inputs:
         prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
     write_json(a.out, {**result, **_selection_record(a), "provenance": prov.record()})
-    print(f"accuracy {result['accuracy']:.4f}, accuracy_norm {result['accuracy_norm']:.4f}, "
+    print(f"{protocol} accuracy {result['accuracy']:.4f} (cloze {result['accuracy_cloze']:.4f}), "
           f"NLL of the correct answer {result['nll_correct']:.3f} nats/token ({result['seconds']} s)")
 
 
@@ -328,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(c)
     c.set_defaults(func=cmd_evaluate)
 
-    c = sub.add_parser("evaluate-loglik", help="one model x multiple-choice benchmark: accuracy and NLL")
+    c = sub.add_parser("evaluate-loglik", help="one model x multiple-choice benchmark: accuracy (the paper's generative protocol, or cloze) and the NLL of the correct answer")
     c.add_argument("--expect", nargs="*", default=[], metavar="PATH=HASH",
                    help="upstream outputs and the settings hash the current config gives them; a mismatch stops")
     c.add_argument("--settings", required=True)

@@ -11,14 +11,16 @@ import json
 import random
 from pathlib import Path
 
-# Appendix B of the paper, verbatim (line breaks as single spaces), QUESTION substituted.
+# The paper's prompt, as its GSM8K prompt example prints it (Appendix "Format Following"): the
+# instruction on one line, a line break, then "User: QUESTION Assistant: " (the task prompt's
+# trailing space after "Assistant:", Appendix B). docs/protocol.md compares it byte for byte.
 PROMPT_PREAMBLE = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant "
     "solves it. The assistant first shows the complete reasoning process step by step, then "
     "provides the final answer in \\boxed{}. The assistant must always follow the format: "
-    "'User: [question] Assistant: [detailed reasoning] The final answer is: \\boxed{[answer]}.' "
+    "'User: [question] Assistant: [detailed reasoning] The final answer is: \\boxed{[answer]}.'"
 )
-PROMPT_TEMPLATE = PROMPT_PREAMBLE.replace("{", "{{").replace("}", "}}") + "User: {question} Assistant: "
+PROMPT_TEMPLATE = PROMPT_PREAMBLE.replace("{", "{{").replace("}", "}}") + "\nUser: {question} Assistant: "
 # what every prompt starts with: the engine prefills it once per call (generation.CotEngine)
 PROMPT_HEAD = PROMPT_TEMPLATE.split("{question}")[0].replace("{{", "{").replace("}}", "}")
 
@@ -135,10 +137,11 @@ def toy_splits(train_size: int, validation_size: int, test_size: int, seed: int)
 
 def toy_choice_rows(size: int, seed: int) -> list[dict]:
     """Synthetic multiple-choice rows for the toy grid's out-of-domain stage (which stands in for
-    HellaSwag / ARC / MMLU on a laptop): the paper's prompt for a toy question and the first step
-    of its CoT, '58 + 74: 8 + 4 =', with four candidate sums of that column (the right one, off
-    by one either way, off by two). It probes the digit sums the base was supervised on, a
-    skill RL on whole answers can erode, in the format the toy model knows."""
+    HellaSwag / ARC / MMLU on a laptop): a toy word problem with four candidate totals (the right
+    sum, the sum with the carry dropped, 10 off and 1 off; others where those coincide). The
+    generative protocol asks the question with lettered options (softtokens.ood); the NLL scores
+    the right total after the reference CoT up to "Sum:", where the toy model writes it. It probes
+    the column sums and carries the base was supervised on, a skill RL on whole answers can erode."""
     rng = random.Random(seed)
     rows, seen = [], set()
     while len(rows) < size:
@@ -147,10 +150,14 @@ def toy_choice_rows(size: int, seed: int) -> list[dict]:
         if q in seen:
             continue
         seen.add(q)
-        right = a % 10 + b % 10
-        distractors = [w for w in (right + 1, right - 1, right + 2, right - 2) if w >= 0][:3]
-        choices = [right, *distractors]
+        right = a + b
+        choices = [right]
+        for wrong in (toy_sum(a, b, True), right + 10, right - 1, right + 1, right - 10, right + 2):
+            if wrong not in choices and wrong >= 0 and len(choices) < 4:
+                choices.append(wrong)
         rng.shuffle(choices)
-        rows.append({"id": f"toychoice-test-{len(rows):05d}", "context": format_prompt(q) + f"{a} + {b}: {a % 10} + {b % 10} =",
+        cot = problem["cot"]
+        rows.append({"id": f"toychoice-test-{len(rows):05d}", "question": q,
+                     "context": format_prompt(q) + cot[: cot.index("Sum:") + len("Sum:")],
                      "choices": [str(c) for c in choices], "label": choices.index(right)})
     return rows

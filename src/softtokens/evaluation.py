@@ -14,7 +14,8 @@ from softtokens.generation import (COT, EMBEDDING, INFERENCE_SETTINGS, CotEngine
                                    row_seed)
 from softtokens.metrics import entropy_profile, entropy_sums, mean_pass_at_k
 from softtokens.modeling import hub_revision, load_model, load_tokenizer, noise_scale, pick_device
-from softtokens.rewards import GRADING_TIMEOUT_S, grade
+from softtokens.grading import GradingPool
+from softtokens.rewards import GRADING_TIMEOUT_S
 
 
 def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: int, cot_max_tokens: int,
@@ -54,9 +55,12 @@ def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: in
     # rows arrive as they finish (slots are refilled); every sum below is order-free, and the
     # examples are the first problems' first samples whatever the order
     example_rows = {}
-    for out in tqdm(finished, total=len(jobs), desc=f"eval {setting_name}", mininterval=5):
+    outs = list(tqdm(finished, total=len(jobs), desc=f"eval {setting_name}", mininterval=5))
+    # every answer graded in worker processes, each within its budget (grading.py)
+    with GradingPool(max(1, threads), grading_timeout_s) as pool:
+        graded = pool.grade_many([(out.completion, rows[jobs[out.job][0]]["answer"]) for out in outs])
+    for out, g in zip(outs, graded):
         pi, si = jobs[out.job]
-        g = grade(out.completion, rows[pi]["answer"], grading_timeout_s)
         correct[pi] += g.correct
         boxed[pi] += g.boxed
         timeouts += g.timed_out

@@ -663,7 +663,7 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
         result["seconds_optimizer_round_trip"] = round(time.perf_counter() - t0, 1)
         report.check(sec, f"{mode}: sharded optimizer state saved and loaded (torch.distributed.checkpoint)", same,
                      f"{'equal' if same else 'differ'}, {result['seconds_optimizer_round_trip']} s")
-    trainer.dp.close()
+    trainer.close()
     del trainer
     shutil.rmtree(state_dir, ignore_errors=True)
 

@@ -1,6 +1,6 @@
-"""Out-of-domain multiple-choice benchmarks (HellaSwag, ARC, MMLU) scored by log-likelihood,
-the way lm-evaluation-harness scores them, so that a trained model's drift from its base shows
-as a change in accuracy and in the NLL of the correct answer (the paper's Table 4).
+"""Multiple-choice options scored by log-likelihood, the way lm-evaluation-harness scores them:
+the NLL of the correct answer in the paper's out-of-domain table, and the ``cloze`` protocol's
+accuracy (softtokens.ood has both protocols).
 
 For a row ``{"context", "choices", "label"}`` each choice is the continuation ``" " + choice``
 after ``context``; its score is the summed log-probability of the continuation's tokens, where
@@ -16,12 +16,10 @@ the tokenizer merges a token across that boundary, it stays whole and counts as 
 
 from __future__ import annotations
 
-import time
-
 import torch
 from tqdm import tqdm
 
-from softtokens.modeling import decoder_hidden, hub_revision, load_model, load_tokenizer, output_logits, pick_device
+from softtokens.modeling import decoder_hidden, output_logits
 
 
 def continuation_requests(tokenizer, rows: list[dict]) -> list[tuple[int, int, list[int], int]]:
@@ -108,18 +106,3 @@ def summarise(scored: list[dict]) -> dict:
             "accuracy": sum(s["pred"] == s["label"] for s in scored) / n,
             "accuracy_norm": sum(s["pred_norm"] == s["label"] for s in scored) / n,
             "nll_correct": sum(s["nll_correct"] for s in scored) / n}
-
-
-def evaluate_loglik(model_path: str, rows: list[dict], batch_size: int = 32, dtype: str = "float32",
-                    threads: int = 1) -> dict:
-    torch.set_num_threads(threads)
-    tokenizer = load_tokenizer(model_path)
-    model = load_model(model_path, dtype, pick_device()).eval()
-    start = time.time()
-    scored = score_rows(model, tokenizer, rows, batch_size)
-    return {**summarise(scored), "model_revision": hub_revision(model), "seconds": round(time.time() - start, 2),
-            "definition": {"accuracy": "argmax over choices of the summed log-likelihood of ' ' + choice",
-                           "accuracy_norm": "the same, each score divided by the choice's character length",
-                           "nll_correct": "mean over rows of -(summed log-likelihood of the gold continuation) / "
-                                          "(its token count), nats per token"},
-            "problems": scored}

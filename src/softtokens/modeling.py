@@ -114,6 +114,9 @@ def load_model(name_or_path: str | Path, dtype: str = "float32", device: str | t
         raise ModelLoadError(f"cannot load the model {str(name_or_path)!r}: {err}. A hub id needs the network or "
                              "a filled HF cache (HF_HOME); on a node without internet, set the model's `source:` in "
                              "config.yaml to a local directory written by save_pretrained.") from None
+    except Exception as err:  # a damaged weights file (safetensors: "incomplete metadata", ...)
+        raise ModelLoadError(f"cannot load the model {str(name_or_path)!r}: {type(err).__name__}: {err} "
+                             "(a truncated or damaged weights file?)") from None
     return model.to(device)
 
 

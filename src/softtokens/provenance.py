@@ -29,6 +29,18 @@ _LIBRARIES = ("torch", "transformers", "accelerate", "snakemake", "math_verify",
 
 
 # ---------------------------------------------------------------- atomic writes
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def shared_mode(path: Path, directory: bool = False) -> None:
+    """The mode a plain ``open`` or ``mkdir`` would give under the user's umask (mkstemp and
+    mkdtemp make 0600 / 0700, which a group on a shared cluster file system cannot read)."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling path; rename it onto ``path`` only if the block succeeds."""
@@ -37,6 +49,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    shared_mode(tmp_path)
     try:
         yield tmp_path
         os.replace(tmp_path, path)
@@ -51,8 +64,12 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    shared_mode(tmp, directory=True)
     try:
         yield tmp
+        for f in tmp.rglob("*"):  # some writers (safetensors) make 0600 files
+            if not f.is_symlink():
+                shared_mode(f, directory=f.is_dir())
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens import ledger, reproduction
+from softtokens import claims, ledger, reproduction
 from softtokens.paper import CELL_KEYS, PAPER_RESULTS, SOURCE, TABLES, load_paper_results
 from softtokens.provenance import Provenance, write_text
 
@@ -42,7 +42,8 @@ def cell_table(comparison: pd.DataFrame) -> pd.DataFrame:
         "paper": [_pm(m, s, digits=d) for m, s, d in zip(comparison.paper_mean, comparison.paper_std, digits)],
         "ours": [_pm(m, s, n, d) for m, s, n, d in zip(comparison.ours_mean, comparison.ours_std, comparison.ours_n, digits)],
         "diff": ["" if pd.isna(x) else f"{x:+.{d}f}" for x, d in zip(comparison["diff"], digits)],
-        f"within {reproduction.SIGMAS:g}σ": ["—" if w is None else ("yes" if w else "no") for w in comparison.within],
+        f"within {reproduction.Z:g} se": ["—" if w is None else ("yes" if w else "no") for w in comparison.within],
+        "note": comparison.get("note", pd.Series([""] * len(comparison))).fillna(""),
     })
 
 
@@ -68,15 +69,21 @@ def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
     math_benchmarks = sorted({b for b, m in zip(seeds.benchmark, seeds.metric) if m.startswith("pass@")})
     tables = ledger.table_costs(cells, jobs, our_tables(math_benchmarks))
     return {"paper": paper, "seeds": seeds, "ours": ours, "comparison": comparison,
-            "claims_ours": reproduction.judge_claims(ours), "claims_paper": reproduction.judge_claims(
-                reproduction.paper_cells(paper)),
+            "claims_ours": claims.judge_claims(ours, claims.entropy_rows(eval_paths)),
+            "claims_paper": claims.judge_claims(reproduction.paper_cells(paper)),
             "jobs": jobs, "cell_costs": cells, "table_costs": tables}
 
 
 # ---------------------------------------------------------------- rendering
-def _claims_frame(ours: list, theirs: list) -> pd.DataFrame:
-    return pd.DataFrame([{"claim": o.statement, "ours": o.summary(), "paper's own numbers": p.summary(), "rule": o.rule}
-                         for o, p in zip(ours, theirs)])
+def _claims_frame(ours: list) -> pd.DataFrame:
+    return pd.DataFrame([{"claim": c.statement, "the paper's words": " … ".join(f"“{q['text']}” ({q['where']})"
+                                                                              for q in c.quotes),
+                          "verdict (ours)": c.summary(), "rule": c.rule} for c in ours])
+
+
+def _paper_claims_frame(ours: list, theirs: list) -> pd.DataFrame:
+    return pd.DataFrame([{"claim": o.statement, "verdict (ours)": o.summary(), "verdict (the paper's numbers)":
+                          p.summary()} for o, p in zip(ours, theirs)])
 
 
 def _cost_frame(tables: pd.DataFrame, gpu: bool) -> pd.DataFrame:
@@ -107,33 +114,39 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
     toy = settings.get("toy", grid == "toy")
     gpu = bool(data["jobs"].gpus.sum()) if not data["jobs"].empty else False
     blocks: list[tuple[str, object]] = [("h1", f"Reproduction report: grid `{grid}`")]
+    compared = [w for w in comparison.within if w is not None]
     intro = (f"Paper numbers: {SOURCE}. Ours: {len(data['seeds'].path.unique()) if not data['seeds'].empty else 0} "
-             f"evaluation files, {len(ours)} cells, mean ± sample std over seeds (n = seeds). A cell matches when "
-             f"|ours − paper| ≤ {reproduction.SIGMAS:g} × sqrt(sd_paper² + sd_ours²); a trained cell with one seed "
-             f"has no sd (only the paper's counts). {int(measured.sum())} of {len(comparison)} paper cells have a "
-             f"counterpart here.")
+             f"evaluation files, {len(ours)} cells, mean ± sample std over seeds (n = seeds). Each cell has a "
+             f"standard error: its seeds' variance / n plus the sampling variance of its benchmark's questions "
+             f"(measured on ours; for the paper's, binomial at its benchmark's size, NLL spread = its mean). Two "
+             f"cells differ beyond {reproduction.Z:g} × sqrt(se_a² + se_b²); ours matches the paper's within it. "
+             f"{int(measured.sum())} of {len(comparison)} paper cells have a counterpart here, {len(compared)} of "
+             f"them comparable.")
     blocks.append(("p", intro))
     if toy:
         blocks.append(("p", "This is the toy grid: a 0.9M-parameter Llama trained on synthetic arithmetic on a CPU. "
                             "None of its cells is a cell of the paper (the models, data and budgets differ), so the "
                             "cell-by-cell comparison below is empty by construction. The claims are judged on the "
-                            "toy's own numbers with the same rules as the paper grid: they say whether the toy shows "
-                            "the paper's effects, not whether the paper's numbers reproduce."))
-    blocks.append(("h2", "The paper's claims"))
-    blocks.append(("p", f"Each claim is judged on our numbers and, with the same rule, on the paper's own numbers "
-                        f"(a claim the paper's numbers fail under a rule shows how strict the rule is). "
-                        f"Verdict: supported when the rule holds in ≥ {reproduction.MAJORITY:.0%} of its comparisons "
-                        f"(held/total in brackets); not yet measured when no comparison has the cells it needs."))
-    blocks.append(("table", _claims_frame(data["claims_ours"], data["claims_paper"])))
+                            "toy's own numbers with the paper's rules: they say whether the toy shows the paper's "
+                            "effects, not whether the paper's numbers reproduce. The toy's k is its n samples."))
+    blocks.append(("h2", "The paper's claims, judged on our numbers"))
+    blocks.append(("p", "Each claim is the paper's sentence, quoted, and a rule read off its words: 'most' = more "
+                        "than half of the comparisons, 'generally' = at least two thirds, an unqualified or "
+                        "'universal' statement = every one, 'on average' = the mean beyond its own standard errors. "
+                        "Comparisons of identical cells (not informative) are listed but not counted."))
+    blocks.append(("table", _claims_frame(data["claims_ours"])))
     for c in data["claims_ours"]:
         if c.evidence:
-            blocks.append(("h3", f"Evidence (ours): {c.statement}"))
-            blocks.append(("list", c.evidence))
+            blocks.append(("details", (f"Evidence (ours): {c.statement} — {c.summary()}", c.evidence)))
+    blocks.append(("h2", "The same rules on the paper's own numbers"))
+    blocks.append(("p", "A rule the paper's own numbers fail shows how strict it is, or where the paper's text "
+                        "goes beyond its tables."))
+    blocks.append(("table", _paper_claims_frame(data["claims_ours"], data["claims_paper"])))
     for c in data["claims_paper"]:
-        fails = [e for e in c.evidence if e.startswith("fails")]
-        if c.verdict != reproduction.SUPPORTED and fails:
-            blocks.append(("h3", f"Where the paper's own numbers fail the rule: {c.statement}"))
-            blocks.append(("list", fails))
+        if c.evidence:
+            fails = [e for e in c.evidence if e.startswith("fails")]
+            blocks.append(("details", (f"The paper's numbers: {c.statement} — {c.summary()}"
+                                       + (f" ({len(fails)} failing)" if fails else ""), c.evidence)))
     blocks.append(("h2", "Cell by cell"))
     for table, label in TABLES.items():
         sub = comparison[comparison.table == table]
@@ -143,8 +156,9 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
             continue
         within = int(sum(w is True for w in sub.within))
         blocks.append(("h3", f"{table}: {label}"))
-        blocks.append(("p", f"{n_meas} of {len(sub)} cells measured; {within} of {n_meas} within "
-                            f"{reproduction.SIGMAS:g}σ."))
+        n_cmp = int(sum(w is not None for w in sub.within))
+        blocks.append(("p", f"{n_meas} of {len(sub)} cells measured; {within} of {n_cmp} comparable within "
+                            f"{reproduction.Z:g} se."))
         blocks.append(("table", cell_table(sub)))
     blocks.append(("h2", "Cost ledger"))
     blocks.append(("p", "From each job's Snakemake benchmark file: wall time, CPU time (the job's measured CPU "
@@ -166,6 +180,10 @@ def to_markdown(blocks) -> str:
             out.append(content)
         elif kind == "list":
             out.append("\n".join(f"- {x}" for x in content))
+        elif kind == "details":
+            summary, items = content
+            out.append(f"<details><summary>{summary}</summary>\n\n" + "\n".join(f"- {x}" for x in items)
+                       + "\n\n</details>")
         elif kind == "table":
             out.append(content.to_markdown(index=False) if not content.empty else "(none)")
     return "\n\n".join(out) + "\n"
@@ -175,7 +193,12 @@ CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;
 table{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 7px;
 text-align:left;vertical-align:top}th{background:#f0f0f0}td.v-supported{background:#d9f2d9}
 td.v-not-supported{background:#f8d7d7}td.v-not-yet-measured{background:#eee;color:#666}td.missing{color:#999}
+td.v-not-judged{background:#eee;color:#666}details{margin:0.3em 0}summary{cursor:pointer;font-size:14px}
 code{background:#f4f4f4;padding:0 3px}li{font-size:13px}"""
+
+
+VERDICT_CSS = {claims.NOT_SUPPORTED: "v-not-supported", claims.NOT_MEASURED: "v-not-yet-measured",
+               claims.SUPPORTED: "v-supported", claims.NOT_JUDGED: "v-not-judged"}
 
 
 def _html_table(df: pd.DataFrame) -> str:
@@ -187,9 +210,8 @@ def _html_table(df: pd.DataFrame) -> str:
         cells = []
         for v in r.values:
             text = str(v)
-            verdict = next((k for k in (reproduction.NOT_SUPPORTED, reproduction.NOT_MEASURED, reproduction.SUPPORTED)
-                            if text.startswith(k)), None)
-            cls = f' class="v-{verdict.replace(" ", "-")}"' if verdict else (' class="missing"' if text == MISSING else "")
+            verdict = next((css for k, css in VERDICT_CSS.items() if text.startswith(k)), None)
+            cls = f' class="{verdict}"' if verdict else (' class="missing"' if text == MISSING else "")
             cells.append(f"<td{cls}>{html.escape(text)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
@@ -212,6 +234,10 @@ def to_html(blocks, title: str) -> str:
             body.append(f"<p>{_inline(content)}</p>")
         elif kind == "list":
             body.append("<ul>" + "".join(f"<li>{_inline(x)}</li>" for x in content) + "</ul>")
+        elif kind == "details":
+            summary, items = content
+            body.append(f"<details><summary>{_inline(summary)}</summary><ul>"
+                        + "".join(f"<li>{_inline(x)}</li>" for x in items) + "</ul></details>")
         elif kind == "table":
             body.append(_html_table(content))
     return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"

@@ -32,32 +32,63 @@ def _below_base(result: dict) -> bool:
     return base is not None and sel.get("val_greedy_accuracy") is not None and sel["val_greedy_accuracy"] < base
 
 
+def _sampling_var(values: list[float]) -> float:
+    """Variance of a mean over problems, from its problems' own values: var / N (population var)."""
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    mean = sum(values) / n
+    return sum((v - mean) ** 2 for v in values) / n / n
+
+
 def load_eval_frame(paths: list[Path]) -> pd.DataFrame:
+    """One row per evaluation file: pass@1 and pass@n in %, and the sampling variance of each over
+    the file's problems (``*_var``, %^2: the test set's share of the number's uncertainty;
+    reproduction.py)."""
+    from softtokens.metrics import pass_at_k
+
     rows = []
     for p in paths:
         res = json.loads(Path(p).read_text())
         n = res["n_samples"]
+        problems = res.get("problems", [])
+        p1 = [100 * pr["correct"] / pr["n"] for pr in problems]
+        pn = [100 * pass_at_k(pr["n"], pr["correct"], pr["n"]) for pr in problems]
         rows.append({**parse_eval_path(Path(p)), "pass@1": 100 * res["pass@1"], "pass@n": 100 * res["pass@k"][str(n)],
-                     "n": n, "mean_cot_length": res["mean_cot_length"], "below_base": _below_base(res),
-                     "path": str(p)})
+                     "pass@1_var": _sampling_var(p1), "pass@n_var": _sampling_var(pn),
+                     "n": n, "n_problems": res.get("n_problems", len(problems)),
+                     "mean_cot_length": res["mean_cot_length"], "below_base": _below_base(res), "path": str(p)})
     return pd.DataFrame(rows)
 
 
 def load_loglik_frame(paths: list[Path]) -> pd.DataFrame:
+    """One row per out-of-domain file: the protocol's accuracy (%), the NLL of the correct answer,
+    their sampling variances over the file's questions, and the protocol that made them (files
+    written before protocols existed were cloze)."""
     rows = []
     for p in paths:
         res = json.loads(Path(p).read_text())
+        problems = res.get("problems", [])
+        correct = [100.0 * bool(pr["correct"] if "correct" in pr else pr["pred"] == pr["label"]) for pr in problems]
         rows.append({**parse_eval_path(Path(p)), "accuracy": 100 * res["accuracy"],
-                     "accuracy_norm": 100 * res["accuracy_norm"], "nll_correct": res["nll_correct"],
+                     "accuracy_norm": 100 * res.get("accuracy_cloze_norm", res.get("accuracy_norm", float("nan"))),
+                     "nll_correct": res["nll_correct"], "protocol": res.get("protocol", "cloze"),
+                     "accuracy_var": _sampling_var(correct),
+                     "nll_correct_var": _sampling_var([pr["nll_correct"] for pr in problems]),
                      "n_problems": res["n_problems"], "below_base": _below_base(res), "path": str(p)})
     return pd.DataFrame(rows)
 
 
-OOD_CAPTION = ("Out-of-domain multiple choice, scored by log-likelihood as in lm-evaluation-harness: each choice is "
-               "the continuation ' ' + choice after the context and scores its summed token log-likelihood. "
-               "Accuracy (%): share of questions whose highest-scoring choice is the gold one. NLL Correct: mean over "
-               "questions of the gold continuation's negative log-likelihood divided by its token count (nats/token). "
-               "Mean ± std over seeds.")
+def ood_caption(protocols: set[str]) -> str:
+    """The out-of-domain table's caption: which protocol made the accuracy column (softtokens.ood)."""
+    from softtokens.ood import NLL_DEFINITION, PROTOCOLS
+
+    names = sorted(protocols)
+    if len(names) != 1:
+        head = f"Out-of-domain multiple choice; the accuracy columns mix protocols ({', '.join(names)}): do not compare them. "
+    else:
+        head = f"Out-of-domain multiple choice, {names[0]} protocol. Accuracy (%): {PROTOCOLS[names[0]]}. "
+    return head + f"NLL Correct: {NLL_DEFINITION}. Mean ± std over seeds."
 
 
 def ood_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -179,7 +210,7 @@ def write_tables(eval_paths: list[Path], out_dir: Path, settings: dict) -> None:
     loglik_paths = [p for p in eval_paths if p.stem == "loglik"]
     if loglik_paths:
         ood = main_cells(load_loglik_frame(loglik_paths))
-        write_table(ood_table(ood), out_dir, "ood", OOD_CAPTION + below_base_note(ood), prov)
+        write_table(ood_table(ood), out_dir, "ood", ood_caption(set(ood.protocol)) + below_base_note(ood), prov)
     df = main_cells(load_eval_frame([p for p in eval_paths if p.stem != "loglik"]))
     note = below_base_note(df)
     caption = ("Hard inference (CoT greedy tau=0 / sampled tau=1, answers greedy): pass@1 and pass@n in %, "

@@ -25,6 +25,30 @@ def select_best(metrics: list[dict]) -> dict:
             "validated_steps": [m["step"] for m in vals]}
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint that is not what its training wrote; the message names the path and the fault."""
+
+
+def verify_checkpoint(checkpoint: str | Path) -> None:
+    """Before a checkpoint is evaluated: every file its training listed (trainer_state.json) is there
+    with the size written, and the directory's sha256 is the one its training's provenance record
+    gives (a truncated or edited file fails here, naming itself, instead of deep inside a loader)."""
+    from softtokens.provenance import sha256_path, sidecar_path
+    from softtokens.training import resume_state_problem
+
+    checkpoint = Path(checkpoint)
+    problem = resume_state_problem(checkpoint)
+    if problem:
+        raise CheckpointError(f"checkpoint {checkpoint} cannot be evaluated: {problem}. Retrain the run "
+                              f"(snakemake --forcerun train <its metrics.jsonl>) or restore the file.")
+    record = sidecar_path(checkpoint)
+    if record.is_file():
+        want = (json.loads(record.read_text()).get("output") or {}).get("sha256")
+        if want and sha256_path(checkpoint) != want:
+            raise CheckpointError(f"checkpoint {checkpoint} cannot be evaluated: its files changed since its training "
+                                  f"wrote them (sha256 differs from {record}). Retrain the run or restore the files.")
+
+
 def check_checkpoint(checkpoint: Path, step: int) -> None:
     state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
     if state["step"] != step:

@@ -136,7 +136,8 @@ def norm_hellaswag(raw: dict) -> dict:
     label = int(raw["label"])
     if not 0 <= label < len(endings):
         raise DropRow("label out of range")
-    return {"context": _hellaswag_text(f"{raw.get('activity_label', '')}: {ctx}"),
+    context = _hellaswag_text(f"{raw.get('activity_label', '')}: {ctx}")
+    return {"context": context, "question": f"Which ending completes the passage best?\n{context} ...",
             "choices": [_hellaswag_text(e) for e in endings], "label": label}
 
 
@@ -151,8 +152,9 @@ def norm_arc(raw: dict) -> dict:
     key = str(raw.get("answerKey", "")).strip()
     if key not in labels:
         raise DropRow("answerKey not among choice labels")
-    return {"context": _question_answer_context(_require(raw.get("question"), "empty question")),
-            "choices": texts, "label": labels.index(key)}
+    question = _require(raw.get("question"), "empty question").strip()
+    return {"context": _question_answer_context(question), "question": question, "choices": texts,
+            "label": labels.index(key)}
 
 
 def norm_mmlu(raw: dict) -> dict:
@@ -162,8 +164,9 @@ def norm_mmlu(raw: dict) -> dict:
         label = "ABCD".index(label.strip())
     if not isinstance(label, int) or not 0 <= label < len(choices):
         raise DropRow("answer not an index into choices")
-    return {"context": _question_answer_context(_require(raw.get("question"), "empty question")),
-            "choices": choices, "label": label, **({"subject": raw["subject"]} if raw.get("subject") else {})}
+    question = _require(raw.get("question"), "empty question").strip()
+    return {"context": _question_answer_context(question), "question": question, "choices": choices, "label": label,
+            **({"subject": raw["subject"]} if raw.get("subject") else {})}
 
 
 # ---------------------------------------------------------------- sources
@@ -188,7 +191,8 @@ SOURCES: dict[str, Source] = {
                             id_field="id", notes="675 English, text-only, open-ended math problems"),
     "hellaswag": Source("Rowan/hellaswag", None, {"test": "validation"}, norm_hellaswag, kind="multiple_choice",
                         id_field="ind"),
-    "arc": Source("allenai/ai2_arc", "ARC-Easy", {"test": "test"}, norm_arc, kind="multiple_choice", id_field="id"),
+    "arc": Source("allenai/ai2_arc", "ARC-Challenge", {"test": "test"}, norm_arc, kind="multiple_choice", id_field="id",
+                  notes="the AI2 Reasoning Challenge set the paper names (docs/protocol.md)"),
     "mmlu": Source("cais/mmlu", "all", {"test": "test"}, norm_mmlu, kind="multiple_choice"),
 }
 

@@ -33,6 +33,7 @@ from tqdm import tqdm
 from softtokens.config import COT_KEYS
 from softtokens.data import format_prompt
 from softtokens.distributed import DataParallel
+from softtokens.grading import GradingPool
 from softtokens.generation import (EMBEDDING, PAPER_COT, CotEngine, CotSetting, Placement, cot_settings, placement_of,
                                    row_seed)
 from softtokens.modeling import EmbeddingScale, hub_revision, load_model, load_tokenizer, noise_scale
@@ -172,16 +173,24 @@ def lr_lambda(cfg: TrainConfig):
     return f
 
 
+def grade_in_process(pairs: list[tuple[str, str]], timeout_s: float = GRADING_TIMEOUT_S) -> list:
+    """Grades one after the other in this process (SIGALRM budget only): the toy base's check."""
+    return [grade(c, g, timeout_s) for c, g in pairs]
+
+
 @torch.no_grad()
 def greedy_correct(engine: CotEngine, rows: list[dict], setting: CotSetting, cot_max: int,
                    answer_max: int, batch_size: int = 256, timeout_s: float = GRADING_TIMEOUT_S,
-                   placement: Placement = EMBEDDING) -> int:
+                   placement: Placement = EMBEDDING, grade_all=None) -> int:
     """Number of rows answered correctly with a noise-free CoT and a greedy answer (the paper's
-    greedy validation: no Gaussian noise, so sigma plays no part)."""
+    greedy validation: no Gaussian noise, so sigma plays no part). ``grade_all(pairs)`` grades
+    (completion, gold) pairs: a grading pool's in a training run."""
     prompts = [format_prompt(r["question"]) for r in rows]
     finished = engine.stream(prompts, [0] * len(rows), setting, 0.0, cot_max, answer_max, batch_size=batch_size,
                              placement=placement)
-    return sum(grade(row.completion, rows[row.job]["answer"], timeout_s).correct for row in finished)
+    pairs = [(row.completion, rows[row.job]["answer"]) for row in finished]
+    graded = grade_all(pairs) if grade_all is not None else grade_in_process(pairs, timeout_s)
+    return sum(g.correct for g in graded)
 
 
 def greedy_accuracy(engine: CotEngine, rows: list[dict], setting: CotSetting, cot_max: int,
@@ -191,11 +200,13 @@ def greedy_accuracy(engine: CotEngine, rows: list[dict], setting: CotSetting, co
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, base_model: str, train_rows: list[dict], val_rows: list[dict],
-                 state_dir: Path, threads: int = 1, grader=None):
-        """``grader(completion, gold, timeout_s) -> Grade``: the paper's math-verify reward unless a
-        caller (gpu-check, on random weights that never answer right) brings its own."""
+                 state_dir: Path, threads: int = 1, grader=None, grading_pool: GradingPool | None = None):
+        """``grader(completion, gold, timeout_s) -> Grade``: the paper's math-verify reward, graded in
+        a pool of worker processes with a hard time-out (grading.py), unless a caller (gpu-check, on
+        random weights that never answer right; tests) brings its own."""
         self.cfg, self.base_model, self.state_dir = cfg, base_model, Path(state_dir)
-        self.grader = grader if grader is not None else grade  # looked up now: tests patch training.grade
+        self.grader = grader
+        self.pool = None if grader is not None else (grading_pool or GradingPool(1, cfg.grading_timeout_s))
         self.train_rows, self.val_rows = train_rows, val_rows[: cfg.val_size]
         torch.set_num_threads(threads)
         torch.manual_seed(cfg.seed)
@@ -270,6 +281,18 @@ class Trainer:
         self.dp.barrier()
 
     # ------------------------------------------------------------ one step
+    def grade_all(self, pairs: list[tuple[str, str]]) -> list:
+        """Grades of (completion, gold) pairs: the pool's, or the caller's grader."""
+        if self.grader is not None:
+            return [self.grader(c, g, self.cfg.grading_timeout_s) for c, g in pairs]
+        return self.pool.grade_many(pairs)
+
+    def close(self) -> None:
+        """The grading workers and the process group."""
+        if self.pool is not None:
+            self.pool.close()
+        self.dp.close()
+
     def prompts_for_step(self, step: int) -> list[dict]:
         rng = random.Random(row_seed(self.cfg.seed, step, -1))
         return rng.sample(self.train_rows, self.cfg.prompts_per_step)
@@ -287,7 +310,7 @@ class Trainer:
         rollout = self.engine.generate(prompts[mine], cfg.cot_setting, self.sigma, seeds[mine], cfg.cot_max_tokens,
                                        cfg.answer_max_tokens, cfg.answer_temperature, placement=cfg.placement)
         rollout_s = time.time()
-        graded = [self.grader(c, g, cfg.grading_timeout_s) for c, g in zip(rollout.completions, golds[mine])]
+        graded = self.grade_all(list(zip(rollout.completions, golds[mine])))
         my_rewards = torch.tensor([reward_of_grade(g, cfg.reward_correct, cfg.reward_boxed_wrong, cfg.reward_no_box)
                                    for g in graded], device=self.device)
         rewards = self.dp.gather_rows(my_rewards, n)  # the leave-one-out baseline needs all G of a prompt
@@ -448,7 +471,7 @@ class Trainer:
         mine = self.val_rows[self.dp.shard(len(self.val_rows))]
         correct = greedy_correct(self.engine, mine, self.cfg.validation_setting, self.cfg.cot_max_tokens,
                                  self.cfg.answer_max_tokens, timeout_s=self.cfg.grading_timeout_s,
-                                 placement=self.cfg.placement)
+                                 placement=self.cfg.placement, grade_all=self.grade_all)
         (correct,) = self.dp.sum([correct])
         return {"kind": "validation", "step": step, "val_greedy_accuracy": correct / len(self.val_rows)}
 
@@ -506,18 +529,24 @@ class Trainer:
             self.best_val = row["val_greedy_accuracy"]
             self._save("best", step, with_optimizer=False, extra={"val_greedy_accuracy": self.best_val})
 
+    @property
+    def attempts_path(self) -> Path:
+        """Beside the resume state, not in it: a damaged state moved aside, a finished run's state
+        removed, a forced rerun from step 0 all keep counting the run's attempts."""
+        return self.state_dir.parent / "attempts.jsonl"
+
     def attempts(self) -> list[dict]:
         """Every attempt of this run so far (this one last): job id, host, the step it resumed from."""
-        return _read_jsonl(self.state_dir / "attempts.jsonl")
+        return _read_jsonl(self.attempts_path)
 
     def _start_attempt(self) -> None:
-        """One line per attempt in the log and in _resume/attempts.jsonl (kept in provenance)."""
+        """One line per attempt in the log and in attempts.jsonl (kept in provenance)."""
         record = {"attempt": len(self.attempts()) + 1, "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
                   "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"), "host": socket.gethostname(),
                   "pid": os.getpid(), "resumed_from_step": self.start_step,
                   "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         if self.dp.is_main:
-            with open(self.state_dir / "attempts.jsonl", "a") as f:
+            with open(self.attempts_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
             start = f"resumed from step {self.start_step}" if self.start_step else "fresh start at step 0"
             print(f"=== attempt {record['attempt']}: job {record['slurm_job_id'] or '-'} on {record['host']} "
@@ -568,7 +597,7 @@ class Trainer:
     def finish(self, checkpoints_dir: Path, metrics_path: Path) -> None:
         """Move the final checkpoints into the declared outputs and drop the resume state."""
         if not self.dp.is_main:
-            self.dp.close()
+            self.close()
             return
         checkpoints_dir = Path(checkpoints_dir)
         with atomic_dir(checkpoints_dir) as tmp:
@@ -578,7 +607,7 @@ class Trainer:
             (tmp / "latest" / "scheduler.pt").unlink(missing_ok=True)
         write_jsonl(metrics_path, self.metrics)
         shutil.rmtree(self.state_dir)
-        self.dp.close()
+        self.close()
 
 
 def resume_state_problem(checkpoint: Path) -> str | None:

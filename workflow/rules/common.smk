@@ -53,6 +53,18 @@ wildcard_constraints:
     trained=TRAINED_RE,
 
 
+def settle_update_backups(workflow):
+    """Before any job: each update() output of a job about to run, with the backup a killed run may
+    have left of it (softtokens.backups decides what to do)."""
+    from snakemake.io import is_flagged
+    from softtokens.backups import settle
+
+    pairs = [(Path(f), workflow.persistence._get_backup_path(Path(f)))
+             for job in workflow.dag.needrun_jobs() for f in job.output if is_flagged(f, "update")]
+    for line in settle(pairs):
+        print(f"softtokens: {line}")
+
+
 def slurm_status_check(workflow):
     """Stop before submitting anything when the SLURM executor would follow its jobs with a
     `sacct` that fails (no accounting): Snakemake would otherwise wait forever (slurm_check.py)."""
@@ -354,31 +366,28 @@ def train_launcher(wildcards, resources):
 
 
 def eval_settings(wildcards):
-    """An evaluation's settings. The six inference settings derive from the CoT keys (τ, γ) of
-    the run that was trained (its cell's `rl:`), or of the grid for a base model, as training
-    and validation do (generation.cot_settings)."""
+    """An evaluation's settings. The six inference settings derive from Section 4's CoT keys (τ, γ,
+    the embedding placement: the grid's `rl`), whatever an ablation run trained with, as the paper
+    evaluates its ablations; `evaluation.inference_settings: run` takes the run's own keys instead."""
     keys = ("n_samples", "cot_max_tokens", "answer_max_tokens", "batch_size", "seed")
     s = {k: EVAL[k] for k in keys if k in EVAL}
     s["dtype"] = RL["compute_dtype"]
     s["grading_timeout_s"] = RL["grading_timeout_s"]
     rl = RL
     run = parse_trained(wildcards.trained)
-    if run is not None:
+    if run is not None and EVAL.get("inference_settings", "section4") == "run":
         rl = cell_rl(config, GRID_NAME, wildcards.model, run.dataset, run.variant)
-    s.update({k: rl[k] for k in COT_KEYS})
-    if EVAL.get("inference_noise_factor", "run") == "grid":  # the paper's ablation tables (README)
-        s["noise_factor"] = RL["noise_factor"]
-    # where soft / fuzzy settings put their noise: the paper evaluates its placement ablations
-    # with Section 4's settings (embedding noise), unless the grid asks for the run's own
-    if EVAL.get("inference_placement", "paper") == "run":
-        s.update({k: rl[k] for k in PLACEMENT_KEYS})
-    else:
-        s.update(noise_placement="embedding", noise_top_k=0)
+    s.update({k: rl[k] for k in (*COT_KEYS, *PLACEMENT_KEYS)})
     return json.dumps(s, sort_keys=True)
 
 
 def loglik_settings(wildcards):
-    return json.dumps({"batch_size": EVAL.get("loglik_batch_size", 32), "dtype": RL["compute_dtype"]},
+    """An out-of-domain evaluation's settings: its protocol (softtokens.ood), the CoT and answer
+    budgets and decode batch of the math evaluations (the generative protocol decodes as they do)."""
+    return json.dumps({"protocol": EVAL.get("ood_protocol", "generative"),
+                       "loglik_batch_size": EVAL.get("loglik_batch_size", 32),
+                       "batch_size": EVAL.get("batch_size", 64), "cot_max_tokens": EVAL["cot_max_tokens"],
+                       "answer_max_tokens": EVAL["answer_max_tokens"], "dtype": RL["compute_dtype"]},
                       sort_keys=True)
 
 

@@ -5,7 +5,7 @@ if EVAL.get("one_job_per_setting", True):
             model=eval_model_input,
             data=f"{RESULTS}/data/{{benchmark}}/test.jsonl",
         output:
-            result=paths.eval_pattern(RESULTS),
+            result=update(paths.eval_pattern(RESULTS)),  # kept, and put back if the job fails
         params:
             expect=eval_expect,
             settings=eval_settings,
@@ -29,7 +29,7 @@ else:  # one job writes a model's files for every setting (a CPU grid: the start
             model=eval_model_input,
             data=f"{RESULTS}/data/{{benchmark}}/test.jsonl",
         output:
-            results=expand(paths.eval_pattern(RESULTS), setting=EVAL["settings"], allow_missing=True),
+            results=[update(p) for p in expand(paths.eval_pattern(RESULTS), setting=EVAL["settings"], allow_missing=True)],
         params:
             expect=eval_expect,
             settings=eval_settings,
@@ -54,7 +54,7 @@ rule evaluate_loglik:
         model=eval_model_input,
         data=f"{RESULTS}/data/{{benchmark}}/test.jsonl",
     output:
-        result=paths.loglik_pattern(RESULTS),
+        result=update(paths.loglik_pattern(RESULTS)),
     params:
         expect=eval_expect,
         settings=loglik_settings,

@@ -4,8 +4,10 @@ rule train:
         train=f"{RESULTS}/data/{{dataset}}/train.jsonl",
         validation=f"{RESULTS}/data/{{dataset}}/validation.jsonl",
     output:
-        metrics=f"{RUN}/metrics.jsonl",
-        checkpoints=directory(f"{RUN}/checkpoints"),
+        # update(): Snakemake keeps these while the job runs and puts them back if it fails, so a
+        # forced retrain that fails leaves the previous run (and what rests on it) whole (docs/reliability.md)
+        metrics=update(f"{RUN}/metrics.jsonl"),
+        checkpoints=update(directory(f"{RUN}/checkpoints")),
     params:
         expect=train_expect,
         settings=train_settings,

@@ -1,0 +1,58 @@
+"""The grading pool: the same grades as in-process grading, and an answer stuck in one C call is a
+time-out within its budget while grading goes on (a worker killed and replaced)."""
+
+import time
+
+from softtokens.grading import KILL_MARGIN_S, GradingPool
+from softtokens.rewards import Grade, grade
+
+from grading_helpers import grade_or_hang
+
+PAIRS = [(" \\boxed{72}.", "72"), (" \\boxed{0.5}.", "\\frac{1}{2}"), (" \\boxed{7}.", "72"), (" no box", "72"),
+         (" \\boxed{\\frac{3}{4}}", "0.75"), (" \\boxed{x^2+1}", "1+x^2")]
+
+
+def test_pool_grades_as_in_process():
+    with GradingPool(workers=2, timeout_s=5.0) as pool:
+        assert pool.grade_many(PAIRS) == [grade(c, g, 5.0) for c, g in PAIRS]
+        assert pool.grade_many([]) == []
+
+
+def test_an_answer_stuck_in_c_times_out_and_grading_goes_on():
+    pairs = [(" \\boxed{72}.", "72"), ("hang", "72"), (" \\boxed{3}.", "3")]
+    with GradingPool(workers=1, timeout_s=0.5, grade_fn=grade_or_hang) as pool:
+        pool.grade_many(pairs[:1])  # the worker is up
+        start = time.monotonic()
+        got = pool.grade_many(pairs)
+        elapsed = time.monotonic() - start
+        assert got == [Grade(True, True), Grade(False, False, timed_out=True), Grade(True, True)]
+        assert pool.killed == 1
+        assert elapsed < 0.5 + KILL_MARGIN_S + 10  # the budget, the margin and a new worker's start
+
+
+def test_training_goes_on_past_an_answer_stuck_in_c(tmp_path, monkeypatch, toy_rows, toy_tokenizer):
+    """A training step whose grading meets an answer stuck in one C call: that answer is a time-out
+    (counted in the step's grading_timeouts), the worker is replaced, and the run goes on."""
+    from conftest import make_tiny_model
+    from grading_helpers import hang_once
+
+    from softtokens.training import TrainConfig, Trainer
+
+    base = tmp_path / "base"
+    make_tiny_model(toy_tokenizer, seed=3).save_pretrained(base)
+    toy_tokenizer.save_pretrained(base)
+    marker = tmp_path / "hang"
+    marker.touch()
+    monkeypatch.setenv("SOFTTOKENS_TEST_HANG_ONCE", str(marker))
+    cfg = TrainConfig(mode="hard", seed=0, lr=1e-4, prompts_per_step=2, samples_per_prompt=2, steps=2, warmup_steps=1,
+                      cot_max_tokens=6, answer_max_tokens=3, val_every=100, val_size=2, micro_batch_size=4,
+                      compute_dtype="float32", grading_timeout_s=0.5)
+    pool = GradingPool(1, 0.5, grade_fn=hang_once)
+    trainer = Trainer(cfg, str(base), toy_rows["train"], toy_rows["validation"], tmp_path / "_resume",
+                      grading_pool=pool)
+    start = time.monotonic()
+    rows = [trainer.train_step(step) for step in range(2)]
+    assert time.monotonic() - start < 60
+    assert rows[0]["grading_timeouts"] == 1 and rows[1]["grading_timeouts"] == 0
+    assert pool.killed == 1 and not marker.exists()
+    trainer.close()
