@@ -8,7 +8,7 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
-# PATH is extended with the running interpreter's bin directory (rules/common.smk)
+# PATH is extended with the running interpreter's bin directory (workflow/rules/common.smk)
 envvars:
     "PATH",
 
@@ -34,11 +34,11 @@ include: "workflow/rules/report.smk"
 onstart:
     # on SLURM, before any job is submitted: would the executor lose track of its jobs?
     slurm_status_check(workflow)
-    # backups of update() outputs that a killed Snakemake left behind (softtokens.backups)
+    # backups of update() outputs that a killed Snakemake left behind (softtokens.run.backups)
     settle_update_backups(workflow)
 
 
 rule all:
     default_target: True
     input:
-        all_targets(),
+        JOBS.all_targets(),

@@ -13,12 +13,15 @@ import sys
 
 import torch
 
-from softtokens.data import format_prompt, toy_splits
-from softtokens.modeling import embedding_scale, load_model, load_tokenizer
-from softtokens.generation import CotEngine, row_seed
-from softtokens.rewards import grade, reward_of_grade
-from softtokens.rloo import rloo_advantages, rloo_loss, rollout_log_probs
-from softtokens.training import TrainConfig
+from softtokens.data.prompt import format_prompt
+from softtokens.data.toy import toy_splits
+from softtokens.engine.cot import CotEngine
+from softtokens.engine.sampling import row_seed
+from softtokens.model.loading import load_model, load_tokenizer
+from softtokens.model.scale import embedding_scale
+from softtokens.reward.grader import grade, reward_of_grade
+from softtokens.train.config import TrainConfig
+from softtokens.train.rloo import rloo_advantages, rloo_loss, rollout_log_probs
 
 
 def grads(model, rollout, adv, sigma, which):

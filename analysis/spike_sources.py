@@ -16,6 +16,7 @@ Writes RUN_DIR/../../../../../analysis/spike_sources-<arm>-seed<s>.json.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import tempfile
@@ -23,14 +24,16 @@ from pathlib import Path
 
 import torch
 
-from softtokens import rloo
-from softtokens.generation import COT
-from softtokens.rloo import LOGIT_CHUNK_STEPS
-from softtokens.training import TrainConfig, Trainer
+from softtokens.engine.rollout import COT
+from softtokens.model.checkpoint import TrainerState
+from softtokens.train import rloo
+from softtokens.train.config import TrainConfig
+from softtokens.train.loop import Trainer
+from softtokens.train.rloo import LOGIT_CHUNK_STEPS
+from softtokens.train.update import accumulate_gradients
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fuzzy_spikes import spike_steps  # noqa: E402
-
 
 CUTS = ("none", ">100", ">10", ">1", "all")
 
@@ -71,7 +74,7 @@ def group_norms(policy) -> dict:
 
 
 def gradients_at(trainer: Trainer, step: int, cut: str) -> dict:
-    """The update pass of `step` (Trainer.rollouts, Trainer.accumulate_gradients) with the softmax
+    """The update pass of `step` (Trainer.rollouts, train.update.accumulate_gradients) with the softmax
     Jacobian cut as asked; no optimiser step."""
     cfg = trainer.cfg
     rollout, _, _, adv, n, _ = trainer.rollouts(step)
@@ -79,7 +82,8 @@ def gradients_at(trainer: Trainer, step: int, cut: str) -> dict:
     real, rloo.torch = rloo.torch, proxy
     try:
         trainer.opt.zero_grad(set_to_none=True)
-        trainer.accumulate_gradients(rollout, adv, n)
+        accumulate_gradients(trainer.policy, rollout, adv, n, cfg, trainer.sigma, trainer.engine.vocab_rows,
+                             trainer.gaussian_scale)
         norm = sum(float(_dense(p.grad).float().pow(2).sum()) for p in trainer.policy.parameters()
                    if p.grad is not None) ** 0.5
         groups = group_norms(trainer.policy)
@@ -110,7 +114,7 @@ def main(argv: list[str]) -> None:
     n_spikes = int(argv[1]) if len(argv) > 1 else 2
     after = int(argv[2]) if len(argv) > 2 else 10
     factor = float(argv[3]) if len(argv) > 3 else 10.0
-    state = json.loads((run / "checkpoints" / "latest" / "trainer_state.json").read_text())
+    state = dataclasses.asdict(TrainerState.read(run / "checkpoints" / "latest"))
     cfg = TrainConfig.from_settings(state["config"])
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
     train = [m for m in metrics if m["kind"] == "train"]

@@ -1,4 +1,4 @@
-"""Grading throughput of the reward (``softtokens.rewards.grade``) against the gold reading it
+"""Grading throughput of the reward (``softtokens.reward.grader.grade``) against the gold reading it
 replaced, on MATH-500-style answers, in the same process.
 
 The baseline is the previous reward: gold read by math-verify's default extractors (bare text
@@ -14,7 +14,7 @@ line; completions are then made from each gold (its boxed copy, a wrong number, 
 
     python benchmarks/grading_speed.py
     python benchmarks/grading_speed.py --golds results/paper/data/math500/test.jsonl --rounds 5
-    python benchmarks/grading_speed.py --pool 1 2   # in-process grading vs the grading pool (grading.py)
+    python benchmarks/grading_speed.py --pool 1 2   # in-process grading vs the grading pool (reward.pool)
 """
 
 import argparse
@@ -28,8 +28,8 @@ from pathlib import Path
 
 from math_verify import LatexExtractionConfig, parse, verify
 
-from softtokens.rewards import grade, parse_gold
-from softtokens.sources import SOURCES
+from softtokens.data.sources import SOURCES
+from softtokens.reward.grader import grade, parse_gold
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gold_shapes.jsonl"
 _BOXED_ONLY = [LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)]
@@ -87,7 +87,7 @@ CLEAR = "__clear the gold cache__"
 
 
 def grade_or_clear(completion: str, gold: str, timeout_s):
-    """rewards.grade in a pool worker; the completion CLEAR empties the worker's gold cache (a round's
+    """reward.grader.grade in a pool worker; the completion CLEAR empties the worker's gold cache (a round's
     start, as parse_gold.cache_clear() does in this process)."""
     if completion == CLEAR:
         parse_gold.cache_clear()
@@ -96,11 +96,11 @@ def grade_or_clear(completion: str, gold: str, timeout_s):
 
 
 def pool_throughput(pairs: list[tuple[str, str]], per_gold: int, rounds: int, workers: list[int]) -> None:
-    """Answers per second: in-process rewards.grade (the SIGALRM budget only) against the grading
+    """Answers per second: in-process reward.grader.grade (the SIGALRM budget only) against the grading
     pool (worker processes, a hard budget) at each worker count. Each pool is started and warmed
     once, as a training or evaluation job keeps its pool; rounds interleave, and every round starts
     with cold gold caches, in this process and in the workers alike."""
-    from softtokens.grading import GradingPool
+    from softtokens.reward.pool import GradingPool
 
     batch = [pair for pair in pairs for _ in range(per_gold)]
     pools = {w: GradingPool(w, grade_fn=grade_or_clear) for w in workers}
@@ -150,7 +150,7 @@ def main():
     print(f"{len(pairs)} (completion, gold) pairs x {a.per_gold}, {a.rounds} rounds, golds from "
           f"{a.golds or FIXTURE.name}")
     print(f"baseline (old gold reading): {b:8.1f} answers/s   (rounds: {', '.join(f'{x:.0f}' for x in base)})")
-    print(f"rewards.grade              : {n:8.1f} answers/s   (rounds: {', '.join(f'{x:.0f}' for x in new)})")
+    print(f"reward.grader.grade              : {n:8.1f} answers/s   (rounds: {', '.join(f'{x:.0f}' for x in new)})")
     print(f"ratio new / baseline       : {n / b:8.3f}")
 
 

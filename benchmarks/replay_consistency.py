@@ -1,6 +1,6 @@
 """How far the update pass's teacher-forced replay is from the KV-cached rollout it scores, in
 float32 and in bf16 compute on CPU, per CoT mode; and how often fuzzy tokens (tau = 1e-4) would
-mix two tokens if logits were rounded to bf16 (the evidence for float32 logits, README).
+mix two tokens if logits were rounded to bf16 (the evidence for float32 logits, docs/engine.md).
 
     python benchmarks/replay_consistency.py results/toy/models/toy results/toy/data/toyarith/train.jsonl
 
@@ -17,10 +17,15 @@ import json
 
 import torch
 
-from softtokens.data import format_prompt, read_jsonl
-from softtokens.generation import COT, CotEngine, CotSetting, row_seed
-from softtokens.modeling import embedding_scale, load_model, load_tokenizer
-from softtokens.rloo import rollout_log_probs
+from softtokens.data.prompt import format_prompt
+from softtokens.data.rows import read_jsonl
+from softtokens.engine.cot import CotEngine
+from softtokens.engine.rollout import COT
+from softtokens.engine.sampling import row_seed
+from softtokens.engine.settings import CotSetting
+from softtokens.model.loading import load_model, load_tokenizer
+from softtokens.model.scale import embedding_scale
+from softtokens.train.rloo import rollout_log_probs
 
 
 def main() -> None:
@@ -50,7 +55,7 @@ def main() -> None:
             per_mode[mode] = {"replay_residual": rep.residual_sum / max(1, rep.residual_steps) if mode != "hard" else None,
                               "argmax_mismatch": rep.argmax_mismatches / rep.cot_steps, "cot_steps": rep.cot_steps}
             if mode == "fuzzy":  # the logits the rollout saw, recomputed teacher-forced in float32
-                from softtokens.modeling import decoder_hidden, output_logits
+                from softtokens.model.head import decoder_hidden, output_logits
                 with torch.no_grad():
                     emb = model.get_input_embeddings()
                     x = torch.cat([emb(ro.prompt_ids), ro.noisy_inputs.to(emb.weight.dtype)], 1)

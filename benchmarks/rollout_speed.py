@@ -1,9 +1,7 @@
 """Rollout and evaluation throughput of the CoT engine, as ratios measured in one process.
 
-1. Rollouts: tokens/s of the fast engine (generation.CotEngine) in each of the six inference
-   settings, of the same engine with torch's operations in place of its CPU decode kernels
-   (native_decode.py; "torch_ops", CPU only), of the previous engine
-   (reference_engine.ReferenceCotEngine), and of Hugging Face
+1. Rollouts: tokens/s of the fast engine (engine.cot.CotEngine) in each of the six inference
+   settings, of the previous engine (reference_engine.ReferenceCotEngine), and of Hugging Face
    ``generate(do_sample=True)`` with hard tokens, on random-weight Llamas (no download): the toy
    architecture of config.yaml and a ~20M-parameter Llama (hidden 512, 8 layers, vocabulary 32k).
    Random weights never write the stop text, so every row decodes the whole CoT budget, the
@@ -38,11 +36,14 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from softtokens.data import format_prompt, toy_splits
-from softtokens.generation import DONE, INFERENCE_SETTINGS, CotEngine
-from softtokens.modeling import DTYPES, train_toy_tokenizer
-from softtokens.reference_engine import ReferenceCotEngine
-from softtokens.toybase import _segments, build_toy_tokenizer
+from softtokens.data.prompt import format_prompt
+from softtokens.data.toy import toy_splits
+from softtokens.engine.cot import CotEngine
+from softtokens.engine.reference import ReferenceCotEngine
+from softtokens.engine.rollout import DONE
+from softtokens.engine.settings import INFERENCE_SETTINGS
+from softtokens.model.loading import DTYPES
+from softtokens.model.toy import _segments, build_toy_tokenizer, train_toy_tokenizer
 
 ARCHITECTURES = {
     "toy": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
@@ -112,8 +113,6 @@ def rollout_throughput(name: str, a, dev) -> dict:
     prompts = [format_prompt(r["question"]) for r in rows["test"]][: a.batch]
     seeds = list(range(a.batch))
     fast, ref = CotEngine(model, tok), ReferenceCotEngine(model, tok)
-    torch_ops = CotEngine(model, tok)
-    torch_ops.cpu_kernels = False  # the same engine with torch's operations in place of the C kernels
     hf, ours, steps = decoders(model, tok, fast, prompts, seeds, a)
     hf_tokens = a.batch * steps
 
@@ -125,8 +124,8 @@ def rollout_throughput(name: str, a, dev) -> dict:
     for _ in range(a.repeats):
         times["hf_generate"].append(timed(hf, dev))
         for setting in INFERENCE_SETTINGS:
-            for label, engine in (("fast", fast), ("torch_ops", torch_ops), ("previous", ref)):
-                if label == "previous" and a.skip_previous or label == "torch_ops" and dev.type != "cpu":
+            for label, engine in (("fast", fast), ("previous", ref)):
+                if label == "previous" and a.skip_previous:
                     continue
                 key = f"{label}/{setting}"
                 box = {}
@@ -141,14 +140,12 @@ def rollout_throughput(name: str, a, dev) -> dict:
               "hf_generate_tokens_per_s": round(hf_tps, 1), "settings": {}}
     for setting in INFERENCE_SETTINGS:
         row = {}
-        for label in ("fast", "torch_ops", "previous"):
+        for label in ("fast", "previous"):
             key = f"{label}/{setting}"
             if key in times:
                 tps = tokens[key] / statistics.median(times[key])
                 row[f"{label}_tokens_per_s"] = round(tps, 1)
         row["fast_vs_hf_generate"] = round(row["fast_tokens_per_s"] / hf_tps, 2)
-        if "torch_ops_tokens_per_s" in row:
-            row["fast_vs_torch_ops"] = round(row["fast_tokens_per_s"] / row["torch_ops_tokens_per_s"], 2)
         if "previous_tokens_per_s" in row:
             row["fast_vs_previous"] = round(row["fast_tokens_per_s"] / row["previous_tokens_per_s"], 2)
         result["settings"][setting] = row
@@ -198,9 +195,9 @@ def shared_prefix_throughput(a, dev) -> dict:
 
 def evaluation_throughput(toy_base: Path, a, dev) -> dict:
     """Useful tokens/s of streamed evaluation: slot refill vs waves, and the previous engine's waves."""
-    from softtokens.data import read_jsonl
-    from softtokens.generation import row_seed
-    from softtokens.modeling import load_model, load_tokenizer
+    from softtokens.data.rows import read_jsonl
+    from softtokens.engine.sampling import row_seed
+    from softtokens.model.loading import load_model, load_tokenizer
 
     tok = load_tokenizer(str(toy_base))
     model = load_model(str(toy_base), "float32", dev).eval()
@@ -250,7 +247,8 @@ def rl_step(toy_base: Path, a) -> dict:
     """Seconds per phase of one RL step at the toy grid's settings, fast vs previous engine."""
     import yaml
 
-    from softtokens.training import TrainConfig, Trainer
+    from softtokens.train.config import TrainConfig
+    from softtokens.train.loop import Trainer
 
     cfg_yaml = yaml.safe_load(Path("config.yaml").read_text())
     settings = {**cfg_yaml["rl"], **cfg_yaml["grids"]["toy"]["rl"], "mode": "soft", "lr": 7e-5, "seed": 0}
@@ -287,7 +285,7 @@ def gpu_bound(a, dev) -> dict:
     dst = torch.empty_like(buf)
     copy = statistics.median(timed(lambda: dst.copy_(buf), dev) for _ in range(10))
     bandwidth = 2 * buf.numel() / copy  # read + write
-    del buf, dst
+    buf = dst = None  # freed before the timed rollouts
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     cfg = model.config
     head_dim = cfg.hidden_size // cfg.num_attention_heads

@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 # The suite checks what CI checks, on the CPU. On a GPU machine the GPU is hidden (torch initialises
 # CUDA lazily, so this holds although torch is imported below) unless SOFTTOKENS_TEST_DEVICE=cuda
@@ -12,10 +13,26 @@ if os.environ.get("SOFTTOKENS_TEST_DEVICE", "cpu") != "cuda":
 import pytest
 import torch
 
-from softtokens.data import PROMPT_HEAD, toy_splits
-from softtokens.generation import MIN_SHARED_TOKENS
-from softtokens.modeling import build_toy_model, train_toy_tokenizer
-from softtokens.toybase import _segments, build_toy_tokenizer
+from softtokens.data.prompt import PROMPT_HEAD
+from softtokens.data.toy import toy_splits
+from softtokens.engine.cot import MIN_SHARED_TOKENS
+from softtokens.model.toy import (
+    _segments,
+    build_toy_model,
+    build_toy_tokenizer,
+    train_toy_tokenizer,
+)
+
+FAULTS = Path(__file__).resolve().parent / "faults"
+
+
+def fault_env(fault: str, environ: dict | None = None) -> dict:
+    """Environment for a child process (and everything it starts) in which training meets ``fault``
+    (tests/faults/sitecustomize.py: crash_at_step=N, crash_in_save=N)."""
+    environ = dict(os.environ if environ is None else environ)
+    path = environ.get("PYTHONPATH")
+    return {**environ, "SOFTTOKENS_TEST_FAULT": fault,
+            "PYTHONPATH": str(FAULTS) + (os.pathsep + path if path else "")}
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +79,7 @@ def base(tmp_path_factory, toy_tokenizer, toy_rows):
 def assert_same_loss_and_gradients(model, rollout, sigma, reference, adv):
     """The update pass's per-row log-probs and the RLOO loss's gradients equal those of
     ``reference(model, rollout, sigma, answer_temperature)``, a step-by-step computation."""
-    from softtokens.rloo import rloo_loss, rollout_log_probs
+    from softtokens.train.rloo import rloo_loss, rollout_log_probs
 
     n = len(adv)
     model.zero_grad()
@@ -83,7 +100,7 @@ def stepwise(model, rollout, i):
     unpadded prefix (the definition: no batching, padding or slicing tricks): yields (step, phase,
     token fed, final hidden state before that step). Soft / fuzzy CoT steps feed the recorded
     input, every other step its token's embedding."""
-    from softtokens.generation import COT
+    from softtokens.engine.rollout import COT
 
     emb = model.get_input_embeddings()
     inputs = [emb(rollout.prompt_ids[i][rollout.prompt_mask[i].bool()])]

@@ -2,7 +2,7 @@
 
 import re
 
-from softtokens.rewards import grade
+from softtokens.reward.grader import grade
 
 
 def grade_or_hang(completion: str, gold: str, timeout_s: float | None):
@@ -27,6 +27,6 @@ def hang_once(completion: str, gold: str, timeout_s: float | None):
 
 def constant(completion: str, gold: str, timeout_s: float | None):
     """No grading at all: the pool's own cost, for benchmarks/grading_speed.py's overhead line."""
-    from softtokens.rewards import Grade
+    from softtokens.reward.grader import Grade
 
     return Grade(True, completion == gold)

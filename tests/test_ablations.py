@@ -8,13 +8,25 @@ from pathlib import Path
 import pytest
 import yaml
 
-from softtokens import paths
-from softtokens.ablations import NOT_RUN, ablation_table, agreement, paper_rows, write_ablations
-from softtokens.config import ConfigError, cell_rl, check_config
-from softtokens.paths import Run
-from softtokens.reporting import load_eval_frame
+from softtokens.data.sources import loader_kind
+from softtokens.report.ablations import (
+    NOT_RUN,
+    ablation_table,
+    agreement,
+    paper_rows,
+    write_ablations,
+)
+from softtokens.report.results import load_eval_frame
+from softtokens.run import config as run_config
+from softtokens.run import paths
+from softtokens.run.config import ConfigError, cell_rl
+from softtokens.run.paths import Run
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def check_config(config: dict) -> None:
+    run_config.check_config(config, loader_kind)
 
 
 def config():
@@ -184,8 +196,8 @@ def test_write_ablations_makes_tables_cells_and_figures(tmp_path):
 def test_variant_cells_meet_the_papers_ablation_tables_in_the_reproduction_report(tmp_path):
     """Evaluation files of an ablation run become cells with their variant key, and meet the
     paper's tab:scale row for that variant (not its main row)."""
-    from softtokens import reproduction
-    from softtokens.paper import load_paper_results
+    from softtokens.report import reproduction
+    from softtokens.report.paper import load_paper_results
 
     ours = reproduction.aggregate(reproduction.seed_rows(fixture(tmp_path)))
     cmp = reproduction.compare(load_paper_results(), ours)

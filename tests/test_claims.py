@@ -7,10 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from softtokens import claims
-from softtokens.claims import Check, share_holds
-from softtokens.paper import load_paper_results
-from softtokens.reproduction import paper_cells
+from softtokens.report import claims, judging
+from softtokens.report.judging import Check, share_holds
+from softtokens.report.paper import load_paper_results
+from softtokens.report.reproduction import paper_cells
 
 TEX = Path(__file__).resolve().parents[2] / "shared" / "paper" / "soft-tokens-hard-truths.tex"
 
@@ -42,10 +42,10 @@ def test_pass1_parity_by_hand():
             cell("m", "d", "hard", "b2", "hard_greedy", "pass@1", 60, 1.0),
             cell("m", "d", "soft", "b2", "hard_greedy", "pass@1", 61, 1.0)]
     c = claims.claim_pass1_parity(frame(*rows))
-    assert (c.held, c.total, c.verdict) == (2, 3, claims.SUPPORTED)
+    assert (c.held, c.total, c.verdict) == (2, 3, judging.SUPPORTED)
     rows[-1] = cell("m", "d", "soft", "b2", "hard_greedy", "pass@1", 64, 1.0)  # 4 > 2.83: 1 of 3
     c = claims.claim_pass1_parity(frame(*rows))
-    assert (c.held, c.total, c.verdict) == (1, 3, claims.NOT_SUPPORTED)
+    assert (c.held, c.total, c.verdict) == (1, 3, judging.NOT_SUPPORTED)
 
 
 def test_passk_advantage_is_an_average_beyond_its_standard_error():
@@ -58,7 +58,7 @@ def test_passk_advantage_is_an_average_beyond_its_standard_error():
                  cell("m", "d", "fuzzy", bench, "hard_sample", "pass@8", hard + 1, 1.0)]
     c = claims.claim_passk_advantage(frame(*rows))
     assert "pass@8" in c.statement and "pass@8" in c.rule  # the k the grid has, said
-    assert (c.held, c.total, c.verdict) == (1, 2, claims.NOT_SUPPORTED)
+    assert (c.held, c.total, c.verdict) == (1, 2, judging.NOT_SUPPORTED)
     soft_line = next(e for e in c.evidence if e.startswith("holds: soft"))
     assert "+2.33" in soft_line and f"{2 * math.sqrt(6) / 3:.2f}" in soft_line
 
@@ -70,7 +70,7 @@ def test_identical_cells_are_not_informative():
     rows = [cell("m", "d", mode, "b", s, "pass@1", 51.0, 1.0, values=same)
             for mode in ("hard", "soft", "fuzzy") for s in ("hard_greedy", "fuzzy_greedy")]
     c = claims.claim_hard_inference_best(frame(*rows))
-    assert c.total == 0 and c.not_informative == 3 and c.verdict == claims.NOT_MEASURED
+    assert c.total == 0 and c.not_informative == 3 and c.verdict == judging.NOT_MEASURED
     assert all(e.startswith("not informative") for e in c.evidence)
 
 
@@ -82,7 +82,7 @@ def test_hard_inference_best_needs_both_metrics():
                  cell("m", "d", mode, "b", "hard_sample", "pass@4", 80, 1.0),
                  cell("m", "d", mode, "b", "soft_sample", "pass@4", 90, 1.0)]  # soft inference 10 above: fails
     c = claims.claim_hard_inference_best(frame(*rows))
-    assert (c.held, c.total, c.verdict) == (3, 6, claims.NOT_SUPPORTED)
+    assert (c.held, c.total, c.verdict) == (3, 6, judging.NOT_SUPPORTED)
 
 
 def test_ood_nll_preserved_by_hand():
@@ -95,10 +95,10 @@ def test_ood_nll_preserved_by_hand():
                  cell("m", "d", "soft", bench, "loglik", "nll_correct", 2.005, 0.01),
                  cell("m", "d", "fuzzy", bench, "loglik", "nll_correct", 2.1, 0.01)]
     c = claims.claim_ood_nll_preserved(frame(*rows))
-    assert (c.held, c.total, c.verdict) == (2, 3, claims.NOT_SUPPORTED)
+    assert (c.held, c.total, c.verdict) == (2, 3, judging.NOT_SUPPORTED)
     assert any(e.startswith("fails: fuzzy preserves") for e in c.evidence)
     lower = claims.claim_ood_nll_lower_than_hard(frame(*rows))
-    assert (lower.held, lower.total, lower.verdict) == (2, 2, claims.SUPPORTED)
+    assert (lower.held, lower.total, lower.verdict) == (2, 2, judging.SUPPORTED)
 
 
 def test_entropy_claim_by_hand():
@@ -110,11 +110,11 @@ def test_entropy_claim_by_hand():
     entropy = pd.DataFrame([{"model": "m", "train_dataset": ds, "train_mode": mode, "variant": "", "benchmark": "b",
                              "setting": s, "seed": 0, "entropy": h} for ds, mode, s, h in rows])
     c = claims.claim_entropy_profile(pd.DataFrame(), entropy)
-    assert (c.held, c.total, c.verdict) == (3, 3, claims.SUPPORTED)
+    assert (c.held, c.total, c.verdict) == (3, 3, judging.SUPPORTED)
     entropy.loc[entropy.train_mode.eq("soft") & entropy.setting.eq("hard_sample"), "entropy"] = 1.2  # 1.67x lower
     c = claims.claim_entropy_profile(pd.DataFrame(), entropy)
-    assert (c.held, c.total, c.verdict) == (2, 3, claims.NOT_SUPPORTED)
-    assert claims.claim_entropy_profile(pd.DataFrame(), None).verdict == claims.NOT_JUDGED
+    assert (c.held, c.total, c.verdict) == (2, 3, judging.NOT_SUPPORTED)
+    assert claims.claim_entropy_profile(pd.DataFrame(), None).verdict == judging.NOT_JUDGED
 
 
 def test_every_claim_on_the_papers_own_numbers():
@@ -126,13 +126,13 @@ def test_every_claim_on_the_papers_own_numbers():
     expected_fail = {"ood_nll_preserved"}
     for key, c in judged.items():
         if key == "entropy_profile":
-            assert c.verdict == claims.NOT_JUDGED
+            assert c.verdict == judging.NOT_JUDGED
         elif key in expected_fail:
-            assert c.verdict == claims.NOT_SUPPORTED
+            assert c.verdict == judging.NOT_SUPPORTED
             assert [e for e in c.evidence if e.startswith("fails")] == [
                 next(e for e in c.evidence if e.startswith("fails: soft preserves"))]
         else:
-            assert c.verdict == claims.SUPPORTED, (key, c.summary(), [e for e in c.evidence if e.startswith("fails")])
+            assert c.verdict == judging.SUPPORTED, (key, c.summary(), [e for e in c.evidence if e.startswith("fails")])
     assert (judged["pass1_parity"].held, judged["pass1_parity"].total) == (22, 30)  # 'most' / 'generally'
 
 

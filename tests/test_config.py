@@ -6,9 +6,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from softtokens.config import ConfigError, cell_rl, check_config, job_resources, resolved_rl
+from softtokens.data.sources import loader_kind
+from softtokens.run import config as run_config
+from softtokens.run.config import PAPER_RL, ConfigError, cell_rl, resolved_rl
+from softtokens.run.jobs import job_resources
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def check_config(config: dict) -> None:
+    run_config.check_config(config, loader_kind)
 
 
 @pytest.fixture()
@@ -20,10 +27,12 @@ def test_shipped_config_is_valid(config):
     check_config(config)
     rl = resolved_rl(config, "toy")
     assert rl["prompts_per_step"] == config["grids"]["toy"]["rl"]["prompts_per_step"]
-    assert config["rl"]["samples_per_prompt"] == 32 and config["rl"]["prompts_per_step"] == 2
-    assert (config["rl"]["reward_correct"], config["rl"]["reward_boxed_wrong"], config["rl"]["reward_no_box"]) == (100, 10, 0)
-    assert config["rl"]["warmup_steps"] == 20 and config["rl"]["noise_factor"] == 0.33
-    assert (config["rl"]["hard_temperature"], config["rl"]["soft_temperature"], config["rl"]["fuzzy_temperature"]) == (1.0, 0.5, 0.0001)
+    assert rl["reward_correct"] == PAPER_RL["reward_correct"] == 100  # not overridden by the toy: the paper's
+    paper = resolved_rl(config, "paper")
+    assert paper["samples_per_prompt"] == 32 and paper["prompts_per_step"] == 2
+    assert (paper["reward_correct"], paper["reward_boxed_wrong"], paper["reward_no_box"]) == (100, 10, 0)
+    assert paper["warmup_steps"] == 20 and paper["noise_factor"] == 0.33
+    assert (paper["hard_temperature"], paper["soft_temperature"], paper["fuzzy_temperature"]) == (1.0, 0.5, 0.0001)
 
 
 def test_unknown_key_is_named(config):
@@ -86,7 +95,7 @@ def test_paper_grid_is_the_papers(config):
     assert cell_rl(config, "paper", "llama-3b", "deepscaler")["steps"] == 4000
     ev = paper["evaluation"]
     assert (ev["n_samples"], ev["cot_max_tokens"], ev["answer_max_tokens"]) == (32, 512, 32)
-    assert config["rl"]["answer_max_tokens"] == 32
+    assert resolved_rl(config, "paper")["answer_max_tokens"] == 32
 
 
 def test_cross_checks_name_the_key(config):
@@ -127,3 +136,47 @@ def test_partition_and_account_come_from_the_environment(config):
     assert job_resources(config["grids"]["toy"], "cpu", environ={}) == {"mem_mb": 4000, "runtime": 60}
     assert "mem_mb" not in train and train["mem_mb_per_cpu"] == 8000  # never both (SLURM refuses)
     assert train["runtime"] == 2880 and train["slurm_extra"] == "--signal=USR1@600"
+
+
+def test_the_papers_rl_defaults_are_defined_once():
+    """The schema's rl fields are TrainConfig's fields less the run's own four, every one has a
+    default (the paper's), and a TrainConfig cannot be made without one of them or with a stranger."""
+    import dataclasses
+
+    from softtokens.train.config import TrainConfig
+
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    schema_rl = run_config.load_schema()["$defs"]["rl_fields"]
+    assert set(schema_rl) == fields - {"mode", "seed", "lr", "variant"}
+    assert all("default" in f for f in schema_rl.values()), [k for k, f in schema_rl.items() if "default" not in f]
+    assert set(PAPER_RL) == set(schema_rl)
+    cfg = TrainConfig.paper("soft", 0, 6e-6)
+    assert all(getattr(cfg, k) == v for k, v in PAPER_RL.items())
+    with pytest.raises(ValueError, match="unknown training settings: stepz"):
+        TrainConfig.from_settings({**PAPER_RL, "mode": "soft", "seed": 0, "lr": 1e-6, "stepz": 3})
+    partial = {k: v for k, v in PAPER_RL.items() if k != "noise_factor"}
+    with pytest.raises(ValueError, match="lack noise_factor"):
+        TrainConfig.from_settings({**partial, "mode": "soft", "seed": 0, "lr": 1e-6})
+
+
+def test_modes_settings_and_placements_are_named_once():
+    """The schema's enums and the wildcard patterns come from run.names; the engine's settings and
+    placements are the same lists."""
+    import re
+
+    from softtokens.engine.settings import INFERENCE_SETTINGS, placement_of
+    from softtokens.eval.ood import PROTOCOLS
+    from softtokens.run import names, paths
+
+    defs = run_config.load_schema()["$defs"]
+    assert defs["mode"]["enum"] == list(names.MODES) == ["hard", "soft", "fuzzy"]
+    assert defs["setting"]["enum"] == list(names.SETTING_NAMES) == list(INFERENCE_SETTINGS)
+    assert defs["rl_fields"]["noise_placement"]["enum"] == list(names.PLACEMENTS)
+    assert [placement_of({"noise_placement": p}).where for p in names.PLACEMENTS] == list(names.PLACEMENTS)
+    with pytest.raises(ValueError, match="noise_placement 'output'"):
+        placement_of({"noise_placement": "output"})
+    assert set(PROTOCOLS) == set(names.OOD_PROTOCOLS)
+    assert all(re.fullmatch(paths.WILDCARDS["setting"], s) for s in names.SETTING_NAMES)
+    assert all(re.fullmatch(paths.WILDCARDS["arm"], m) for m in names.MODES)
+    assert not re.fullmatch(paths.WILDCARDS["arm"], "warm")
+    assert not re.fullmatch(paths.WILDCARDS["setting"], "warm_greedy")

@@ -2,7 +2,9 @@ import json
 
 import pytest
 
-from softtokens.data import DataFormatError, STOP_TEXT, read_jsonl, toy_cot, toy_splits
+from softtokens.data.prompt import STOP_TEXT
+from softtokens.data.rows import DataFormatError, read_jsonl
+from softtokens.data.toy import toy_cot, toy_splits
 
 
 def test_toy_generator_is_deterministic_and_seeded():
@@ -45,7 +47,7 @@ def test_forgetful_cot_drops_every_carry():
 
 
 def test_toy_sum_is_what_the_cot_writes():
-    from softtokens.data import toy_sum
+    from softtokens.data.toy import toy_sum
 
     assert toy_sum(58, 74) == 132 and toy_sum(58, 74, forget_carry=True) == 122
     assert toy_sum(99, 99, forget_carry=True) == 188 and toy_sum(51, 23, forget_carry=True) == 74
@@ -55,7 +57,7 @@ def test_the_prompt_is_the_papers_byte_for_byte():
     """The paper's GSM8K prompt example (Appendix "Format Following"), as its LaTeX renders it: the
     instruction, a line break (its `\\\\`), "User: QUESTION Assistant:"; then the trailing space
     its task prompt (Appendix B) has after "Assistant:". docs/protocol.md lists this."""
-    from softtokens.data import format_prompt
+    from softtokens.data.prompt import format_prompt
 
     example = ("A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
                "The assistant first shows the complete reasoning process step by step, then provides the final "

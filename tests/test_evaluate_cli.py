@@ -2,19 +2,23 @@
 writes, per setting, the file its own job would have written."""
 
 import json
-import subprocess
-import sys
 
-SETTINGS = {"n_samples": 2, "cot_max_tokens": 6, "answer_max_tokens": 4, "batch_size": 4, "seed": 0, "dtype": "float32"}
+import pytest
+
+from softtokens.cli import main
+from softtokens.run.config import PAPER_RL
+from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS
+
+# what the workflow hands an evaluation job: every key, the paper's CoT settings (run.jobs)
+SETTINGS = {"n_samples": 2, "cot_max_tokens": 6, "answer_max_tokens": 4, "batch_size": 4, "seed": 0, "dtype": "float32",
+            "grading_timeout_s": 5.0, **{k: PAPER_RL[k] for k in (*COT_KEYS, *PLACEMENT_KEYS)}}
 VARIES = ("seconds", "engine", "provenance")  # wall time and the job's own record
 
 
-def evaluate(base, data, settings, outs):
-    r = subprocess.run([sys.executable, "-m", "softtokens", "evaluate", "--settings", json.dumps(SETTINGS),
-                        "--model", str(base / "model"), "--data", str(data), "--setting", *settings,
-                        "--out", *map(str, outs)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
+def evaluate(base, data, settings, outs, given=SETTINGS):
+    """In process (cli.main), as the job's `python -m softtokens evaluate` runs it."""
+    return main(["evaluate", "--settings", json.dumps(given), "--model", str(base / "model"), "--data", str(data),
+                 "--setting", *settings, "--out", *map(str, outs)])
 
 
 def test_several_settings_in_one_process_write_what_separate_jobs_write(base, toy_rows, tmp_path):
@@ -30,7 +34,8 @@ def test_several_settings_in_one_process_write_what_separate_jobs_write(base, to
         assert a["setting"] == name
         assert {k: v for k, v in a.items() if k not in VARIES} == {k: v for k, v in b.items() if k not in VARIES}
         assert a["provenance"]["config"]["setting"] == name
-    bad = subprocess.run([sys.executable, "-m", "softtokens", "evaluate", "--settings", json.dumps(SETTINGS),
-                          "--model", str(base / "model"), "--data", str(data), "--setting", "hard_greedy", "soft_sample",
-                          "--out", str(tmp_path / "one.json")], capture_output=True, text=True, timeout=300)
-    assert bad.returncode != 0 and "one output per setting" in bad.stderr
+    with pytest.raises(SystemExit, match="one output per setting"):
+        evaluate(base, data, ["hard_greedy", "soft_sample"], [tmp_path / "one.json"])
+    partial = {k: v for k, v in SETTINGS.items() if k != "soft_temperature"}
+    with pytest.raises(SystemExit, match="lacks soft_temperature"):  # no default stands in for the grid's
+        evaluate(base, data, ["soft_greedy"], [tmp_path / "one.json"], given=partial)

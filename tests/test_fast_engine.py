@@ -1,4 +1,4 @@
-"""The fast engine reproduces the reference loop (reference_engine.py) in all six settings: the same
+"""The fast engine reproduces the reference loop (engine/reference.py) in all six settings: the same
 tokens, phases and completions, the same recorded soft inputs, the same log-probabilities; its
 stop automaton is the text rule; slot refill and the host-check interval change nothing."""
 
@@ -7,17 +7,18 @@ import random
 
 import pytest
 import torch
+from conftest import make_tiny_model
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from softtokens import generation, native_decode
-from softtokens.data import STOP_TEXT, format_prompt
-from softtokens.generation import DONE, EMBEDDING, INFERENCE_SETTINGS, CotEngine, Placement, ends_with_stop
-from softtokens.reference_engine import ReferenceCotEngine
-from softtokens.rloo import rollout_log_probs
-from softtokens.stoprule import StopAutomaton
-
-from conftest import make_tiny_model
-
+from softtokens.data.prompt import STOP_TEXT, format_prompt
+from softtokens.engine import decode_run
+from softtokens.engine.cot import MIN_SHARED_TOKENS, CotEngine
+from softtokens.engine.decode_run import DecodeRun, first_occurrences
+from softtokens.engine.reference import ReferenceCotEngine
+from softtokens.engine.rollout import DONE
+from softtokens.engine.settings import EMBEDDING, INFERENCE_SETTINGS, Placement
+from softtokens.engine.stoprule import StopAutomaton, ends_with_stop
+from softtokens.train.rloo import rollout_log_probs
 
 # an instruction the toy tokenizer splits into dozens of tokens, as a real tokenizer splits the
 # paper's preamble (the toy's is one token): every prompt starts with it, so the engine prefills
@@ -50,40 +51,22 @@ def model(request, toy_tokenizer):
     return make_tiny_model(toy_tokenizer, seed=3) if request.param == "llama" else _qwen_like(toy_tokenizer)
 
 
-@pytest.fixture(params=["kernels", "torch"])
-def decode(request, monkeypatch):
-    """Which CPU decode step runs: the C kernels (native_decode.py, what float32 on a CPU takes) or
-    torch's operations (what a GPU and bfloat16 take). With the kernels, a list that records each
-    attention call: a test asserts it is not empty, so a silent fall-back cannot pass for them."""
-    if request.param == "torch":
-        monkeypatch.setattr(native_decode, "kernels", lambda: None)
-        return None
-    if native_decode.compiler() is None:
-        pytest.skip("no C compiler on this machine: the CPU decode runs torch's operations")
-    kernels = native_decode.kernels()
-    assert kernels is not None, "the CPU decode kernels did not build or failed their check (see the warning)"
-    calls, attention = [], kernels.attention
-    monkeypatch.setattr(kernels, "attention", lambda *a, **kw: calls.append(a[0].shape) or attention(*a, **kw))
-    return calls
-
-
 def _sigma(setting):
     return 0.05 if setting.noise_factor > 0 else 0.0
 
 
 @pytest.mark.parametrize("name", list(INFERENCE_SETTINGS))
-def test_fast_engine_equals_reference(model, toy_tokenizer, toy_rows, name, decode):
+def test_fast_engine_equals_reference(model, toy_tokenizer, toy_rows, name):
     setting = INFERENCE_SETTINGS[name]
     prompts, seeds = _prompts(toy_rows["test"], 6), [3, 1, 4, 1, 5, 9]
     args = (prompts, setting, _sigma(setting), seeds, 24, 5)
     fast = CotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
     ref = ReferenceCotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
     _assert_same_rollout(fast, ref, model, toy_tokenizer, setting)
-    assert decode is None or decode
 
 
 @pytest.mark.parametrize("name", list(INFERENCE_SETTINGS))
-def test_shared_prefix_equals_reference(model, toy_tokenizer, toy_rows, name, decode):
+def test_shared_prefix_equals_reference(model, toy_tokenizer, toy_rows, name):
     """Prompts that start with a long shared instruction (a real tokenizer's preamble): the engine
     prefills it once and its decode attention reads the one shared copy (a GEMM per KV head, the
     Qwen2 model's 4 query heads on 1 KV head included); every row is still the reference loop's,
@@ -93,13 +76,12 @@ def test_shared_prefix_equals_reference(model, toy_tokenizer, toy_rows, name, de
     prompts, seeds = distinct + distinct[:2], [3, 1, 4, 1, 5, 9, 2]
     engine = _engine(model, toy_tokenizer, LONG_HEAD)
     shared = engine.shared_tokens(toy_tokenizer(prompts)["input_ids"])
-    assert len(shared) >= generation.MIN_SHARED_TOKENS
+    assert len(shared) >= MIN_SHARED_TOKENS
     assert toy_tokenizer.decode(shared) == LONG_HEAD  # the toy BPE keeps a space with the word before it
     args = (prompts, setting, _sigma(setting), seeds, 24, 5)
     fast = engine.generate(*args, answer_temperature=1.0)
     ref = ReferenceCotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
     _assert_same_rollout(fast, ref, model, toy_tokenizer, setting)
-    assert decode is None or decode
 
 
 @pytest.mark.parametrize("name", ["hard_sample", "soft_greedy"])
@@ -118,7 +100,7 @@ def test_shared_prefix_with_the_hf_decode_forward(model, toy_tokenizer, toy_rows
 def test_shared_tokens_are_what_every_prompt_starts_with(toy_tokenizer, tiny_model):
     engine = _engine(tiny_model, toy_tokenizer, LONG_HEAD)
     ids = engine.shared_ids
-    assert len(ids) > generation.MIN_SHARED_TOKENS + 2
+    assert len(ids) > MIN_SHARED_TOKENS + 2
     question = toy_tokenizer("12 + 3?")["input_ids"]
     assert engine.shared_tokens([ids + question, ids + question[:1]]) == ids
     # one prompt leaves the head after 20 tokens: the common 20 are shared
@@ -175,25 +157,24 @@ def test_repeated_prompts_are_prefilled_once(model, toy_tokenizer, toy_rows, nam
     """G samples of a prompt (training) or n samples of a problem (evaluation): the fast engine runs
     the prompt's prefill once and copies its cache columns to the other slots; every row is the
     reference loop's, which prefills each row."""
-    from softtokens import generation
 
     setting = INFERENCE_SETTINGS[name]
     distinct = _prompts(toy_rows["test"], 3)  # three lengths: left padding differs between them
     prompts = [distinct[i] for i in (0, 1, 0, 2, 1, 0, 2, 0)]
     seeds = list(range(20, 28))
     prefill_rows = []
-    real = generation.decoder_hidden
+    real = decode_run.decoder_hidden
 
     def counting(model_, **inputs):
         if "input_ids" in inputs:
             prefill_rows.append(inputs["input_ids"].shape[0])
         return real(model_, **inputs)
 
-    monkeypatch.setattr(generation, "decoder_hidden", counting)
+    monkeypatch.setattr(decode_run, "decoder_hidden", counting)
     args = (prompts, setting, _sigma(setting), seeds, 16, 4)
     fast = CotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
     assert prefill_rows == [3]
-    monkeypatch.setattr(generation, "decoder_hidden", real)
+    monkeypatch.setattr(decode_run, "decoder_hidden", real)
     ref = ReferenceCotEngine(model, toy_tokenizer).generate(*args, answer_temperature=1.0)
     assert torch.equal(fast.step_ids, ref.step_ids) and torch.equal(fast.step_phase, ref.step_phase)
     assert fast.completions == ref.completions
@@ -203,10 +184,8 @@ def test_repeated_prompts_are_prefilled_once(model, toy_tokenizer, toy_rows, nam
 
 
 def test_first_occurrences():
-    from softtokens.generation import _first_occurrences
-
-    assert _first_occurrences([[1, 2], [3], [1, 2], [3], [4]]) == ([0, 1, 4], [0, 1, 0, 1, 2])
-    assert _first_occurrences([[5]]) == ([0], [0])
+    assert first_occurrences([[1, 2], [3], [1, 2], [3], [4]]) == ([0, 1, 4], [0, 1, 0, 1, 2])
+    assert first_occurrences([[5]]) == ([0], [0])
 
 
 @pytest.mark.parametrize("head", list(HEADS))
@@ -282,18 +261,17 @@ def test_refill_admits_freed_slots_in_groups(stopper, toy_tokenizer, toy_rows, m
     (an eighth) are free, or until every pending job fits, and admits them together. Fewer
     admissions than one per freed slot, every admission but the first of at least that size, and
     the same rows; in float32 and in the paper grid's bf16."""
-    from softtokens import generation
 
     eng = CotEngine(stopper.to(dtype), toy_tokenizer)
     prompts, seeds = _prompts(toy_rows["train"], 40), list(range(40))
     sizes = []
-    real = generation._DecodeRun.admit
+    real = DecodeRun.admit
 
     def counting(run, slots, *args):
         sizes.append(len(slots))
         return real(run, slots, *args)
 
-    monkeypatch.setattr(generation._DecodeRun, "admit", counting)
+    monkeypatch.setattr(DecodeRun, "admit", counting)
     results, stats = {}, {}
     for admit_min in (1, None):
         sizes.clear()
@@ -333,23 +311,20 @@ def test_stop_automaton_is_the_text_rule():
 def test_fast_step_has_no_host_work(tiny_model, toy_tokenizer, toy_rows, monkeypatch, attention):
     """The decode step traces as one graph (torch.compile fullgraph: any host sync, .item(),
     .tolist() or data-dependent Python branch would break it), which is what CUDA-graph capture needs.
-    The CUDA step it stands for runs torch operations only (the C kernels are the CPU's): off here;
+    The CPU and the CUDA step run the same torch operations;
     with the fused attention ("sdpa") it is the GPU's step."""
-    monkeypatch.setattr(native_decode, "kernels", lambda: None)
     eng = CotEngine(tiny_model, toy_tokenizer, fixed_shapes=True)
     eng.attention = attention
-    from softtokens.generation import _DecodeRun
-
     for name in ("soft_sample", "hard_sample"):
         setting = INFERENCE_SETTINGS[name]
         ids, mask = eng.encode_prompts(_prompts(toy_rows["test"], 2))
-        run = _DecodeRun(eng, setting, _sigma(setting), 8, 3, 1.0, slots=2, max_prompt=ids.shape[1], record_inputs=True)
+        run = DecodeRun(eng, setting, _sigma(setting), 8, 3, 1.0, slots=2, max_prompt=ids.shape[1], record_inputs=True)
         run.admit([0, 1], ids, mask, [1, 2])
         torch._dynamo.reset()
         step = torch.compile(run._step, fullgraph=True, backend="eager")
         for _ in range(3):
             step()
-        assert (run.step_count == 3).all()
+        assert (run.state.step_count == 3).all()
 
 
 @pytest.mark.parametrize("head", list(HEADS))
@@ -357,12 +332,10 @@ def test_fast_step_has_no_host_work(tiny_model, toy_tokenizer, toy_rows, monkeyp
 def test_bf16_fast_engine_passes_the_paper_replay_bounds(toy_tokenizer, toy_rows, name, head):
     """The paper grid decodes in bfloat16 (compute_dtype) with this engine and replays with the
     HF forward: the replay residual and argmax mismatch stay inside the bounds training enforces
-    (config rl.replay_residual_max, rl.replay_argmax_mismatch_max); also with the paper's preamble
+    (the schema's rl.replay_residual_max, rl.replay_argmax_mismatch_max); also with the paper's preamble
     as a real tokenizer splits it (many tokens, shared and prefilled once)."""
-    import yaml
-    from pathlib import Path
+    from softtokens.run.config import PAPER_RL as rl
 
-    rl = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())["rl"]
     setting = INFERENCE_SETTINGS[name]
     model = make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=4)
     sigma = 0.05 if setting.noise_factor else 1.0
@@ -392,7 +365,7 @@ def _peaked(toy_tokenizer, seed=8):
 
 
 @torch.no_grad()
-def test_shared_prefix_decode_is_the_whole_rows_attention(toy_tokenizer, toy_rows, decode):
+def test_shared_prefix_decode_is_the_whole_rows_attention(toy_tokenizer, toy_rows):
     """Logits after the prefill and after each decode step, with the prefix shared and without:
     the same to float32 rounding, on a model whose attention is peaked and whose logits are
     large (the tiny test models' near-uniform attention and near-zero logits would hide an error
@@ -405,19 +378,18 @@ def test_shared_prefix_decode_is_the_whole_rows_attention(toy_tokenizer, toy_row
         engine = CotEngine(model, toy_tokenizer, shared_prefix=head)
         ids, mask = engine.encode_prompts(prompts)
         shared = engine.shared_tokens([r[m.bool()].tolist() for r, m in zip(ids, mask)])
-        run = generation._DecodeRun(engine, setting, 0.0, 12, 3, 0.0, slots=4, max_prompt=ids.shape[1],
+        run = DecodeRun(engine, setting, 0.0, 12, 3, 0.0, slots=4, max_prompt=ids.shape[1],
                                     record_inputs=True, shared=shared)
         run.admit(list(range(4)), ids, mask, [1, 2, 3, 4])
         runs.append((run, len(shared)))
     (a, shared_len), (b, none_len) = runs
-    assert shared_len >= generation.MIN_SHARED_TOKENS and none_len == 0
+    assert shared_len >= MIN_SHARED_TOKENS and none_len == 0
     for _ in range(6):
         scale = float(b.logits.abs().max())
         assert scale > 5.0  # logits large enough for the check to see a small error
         torch.testing.assert_close(a.logits, b.logits, rtol=0, atol=2e-6 * scale)
         a.steps(1)
         b.steps(1)
-    assert decode is None or decode
 
 
 @torch.no_grad()
@@ -428,7 +400,6 @@ def test_gpu_decode_attention_equals_the_cpu_one(toy_tokenizer, toy_rows, head, 
     float32 softmax, the prefix read once): the same logits to float32 rounding after the prefill
     and after every step, and the same tokens. Run here on the CPU's SDPA; a GPU runs the
     memory-efficient kernel (gpu-check compares it with the eager step and HF generate)."""
-    monkeypatch.setattr(native_decode, "kernels", lambda: None)
     model = _peaked(toy_tokenizer)
     prompts = _prompts(toy_rows["test"], 4, head)
     setting = INFERENCE_SETTINGS["soft_greedy"]
@@ -438,7 +409,7 @@ def test_gpu_decode_attention_equals_the_cpu_one(toy_tokenizer, toy_rows, head, 
         engine.attention = attention
         ids, mask = engine.encode_prompts(prompts)
         shared = engine.shared_tokens([r[m.bool()].tolist() for r, m in zip(ids, mask)])
-        run = generation._DecodeRun(engine, setting, 0.0, 12, 3, 0.0, slots=4, max_prompt=ids.shape[1],
+        run = DecodeRun(engine, setting, 0.0, 12, 3, 0.0, slots=4, max_prompt=ids.shape[1],
                                     record_inputs=True, shared=shared)
         assert run.forward.attention == attention
         run.admit(list(range(4)), ids, mask, [1, 2, 3, 4])
@@ -450,4 +421,4 @@ def test_gpu_decode_attention_equals_the_cpu_one(toy_tokenizer, toy_rows, head, 
         torch.testing.assert_close(a.logits, b.logits, rtol=0, atol=2e-6 * scale)
         a.steps(1)
         b.steps(1)
-    assert torch.equal(a.out_ids[:, :8], b.out_ids[:, :8])
+    assert torch.equal(a.record.ids[:, :8], b.record.ids[:, :8])

@@ -6,11 +6,18 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from softtokens.data import PREFILL_AFTER_STOP, PREFILL_AT_LIMIT, STOP_TEXT, format_prompt
-from softtokens.generation import (ANSWER, COT, DONE, INFERENCE_SETTINGS, PREFILL, CotEngine, CotSetting,
-                                   ends_with_stop, probs_at_temperature)
-from softtokens.rewards import reward
-
+from softtokens.data.prompt import (
+    PREFILL_AFTER_STOP,
+    PREFILL_AT_LIMIT,
+    STOP_TEXT,
+    format_prompt,
+)
+from softtokens.engine.cot import CotEngine
+from softtokens.engine.rollout import ANSWER, COT, DONE, PREFILL
+from softtokens.engine.sampling import probs_at_temperature
+from softtokens.engine.settings import INFERENCE_SETTINGS, CotSetting
+from softtokens.engine.stoprule import ends_with_stop
+from softtokens.reward.grader import reward
 
 
 class ScriptedModel(torch.nn.Module):
@@ -172,7 +179,7 @@ def test_six_settings_match_the_paper():
 @pytest.fixture(scope="module")
 def supervised_toy_base(toy_rows):
     """A toy base built by the real build_toy_base, briefly supervised so its CoTs are CoT-like."""
-    from softtokens.toybase import build_toy_base
+    from softtokens.model.toy import build_toy_base
 
     model, tok, _ = build_toy_base(toy_rows["train"], hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
                                    vocab_size=200, sft_steps=150, sft_batch_size=16, sft_lr=3e-3, seed=0,

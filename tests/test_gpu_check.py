@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from softtokens import modeling
-from softtokens.generation import INFERENCE_SETTINGS, CotEngine
-from softtokens.modeling import Float32Head
-
 from conftest import make_tiny_model
+
+from softtokens.engine.cot import CotEngine
+from softtokens.engine.settings import INFERENCE_SETTINGS
+from softtokens.model import head as modeling
+from softtokens.model.head import Float32Head
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +66,7 @@ def test_smoke_measures_what_the_issue_asks(smoke):
 
 def test_gpu_check_needs_no_math_verify():
     """The device image has no math-verify: neither the check nor the training it drives imports it."""
-    code = ("import sys, softtokens.gpucheck, softtokens.training, softtokens.evaluation; "
+    code = ("import sys, softtokens.gpucheck.run, softtokens.train.loop, softtokens.eval.math_eval; "
             "print('math_verify' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -74,7 +74,7 @@ def test_gpu_check_needs_no_math_verify():
 
 
 def test_a_failed_check_fails_the_report(tmp_path):
-    from softtokens.gpucheck import Report
+    from softtokens.gpucheck.shape import Report
 
     meta = {"device": {"name": "x"}, "torch": "t", "cuda": None, "transformers": "t", "model": "m",
             "parameters": 1, "compute_dtype": "bfloat16", "date": "d"}
@@ -128,7 +128,7 @@ def test_fused_head_equals_float32_copies(monkeypatch, toy_tokenizer):
 
 def test_engine_with_the_fused_head_decodes_as_with_copies(monkeypatch, toy_tokenizer, toy_rows):
     """A whole bf16 rollout through the fused head takes the same tokens as through float32 copies."""
-    from softtokens.data import format_prompt
+    from softtokens.data.prompt import format_prompt
 
     model = make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=2)
     prompts = [format_prompt(r["question"]) for r in toy_rows["test"][:3]]
@@ -142,7 +142,7 @@ def test_engine_with_the_fused_head_decodes_as_with_copies(monkeypatch, toy_toke
 
 def test_one_process_per_gpu(monkeypatch):
     """Two processes on a node with one visible GPU: a clear error before NCCL's vague one."""
-    from softtokens.distributed import DataParallel
+    from softtokens.train.distributed import DataParallel
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

@@ -3,10 +3,10 @@ time-out within its budget while grading goes on (a worker killed and replaced).
 
 import time
 
-from softtokens.grading import KILL_MARGIN_S, GradingPool
-from softtokens.rewards import Grade, grade
-
 from grading_helpers import grade_or_hang
+
+from softtokens.reward.grader import Grade, grade
+from softtokens.reward.pool import KILL_MARGIN_S, GradingPool
 
 PAIRS = [(" \\boxed{72}.", "72"), (" \\boxed{0.5}.", "\\frac{1}{2}"), (" \\boxed{7}.", "72"), (" no box", "72"),
          (" \\boxed{\\frac{3}{4}}", "0.75"), (" \\boxed{x^2+1}", "1+x^2")]
@@ -36,7 +36,8 @@ def test_training_goes_on_past_an_answer_stuck_in_c(tmp_path, monkeypatch, toy_r
     from conftest import make_tiny_model
     from grading_helpers import hang_once
 
-    from softtokens.training import TrainConfig, Trainer
+    from softtokens.train.config import TrainConfig
+    from softtokens.train.loop import Trainer
 
     base = tmp_path / "base"
     make_tiny_model(toy_tokenizer, seed=3).save_pretrained(base)
@@ -44,7 +45,7 @@ def test_training_goes_on_past_an_answer_stuck_in_c(tmp_path, monkeypatch, toy_r
     marker = tmp_path / "hang"
     marker.touch()
     monkeypatch.setenv("SOFTTOKENS_TEST_HANG_ONCE", str(marker))
-    cfg = TrainConfig(mode="hard", seed=0, lr=1e-4, prompts_per_step=2, samples_per_prompt=2, steps=2, warmup_steps=1,
+    cfg = TrainConfig.paper(mode="hard", seed=0, lr=1e-4, prompts_per_step=2, samples_per_prompt=2, steps=2, warmup_steps=1,
                       cot_max_tokens=6, answer_max_tokens=3, val_every=100, val_size=2, micro_batch_size=4,
                       compute_dtype="float32", grading_timeout_s=0.5)
     pool = GradingPool(1, 0.5, grade_fn=hang_once)
@@ -56,3 +57,25 @@ def test_training_goes_on_past_an_answer_stuck_in_c(tmp_path, monkeypatch, toy_r
     assert rows[0]["grading_timeouts"] == 1 and rows[1]["grading_timeouts"] == 0
     assert pool.killed == 1 and not marker.exists()
     trainer.close()
+
+
+def test_a_stop_signal_is_the_parents_not_the_workers():
+    """SLURM signals every process of a job: a worker that died of SIGTERM would turn the answer it
+    was grading into a time-out (and a resumed run would differ). Workers ignore it; the parent
+    ends them, also when it exits without closing the pool."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    with GradingPool(workers=1, timeout_s=5.0) as pool:
+        pool.grade("\\boxed{1}", "1")  # the worker is up
+        (proc, _), = pool._procs
+        os.kill(proc.pid, signal.SIGTERM)
+        time.sleep(0.5)
+        assert proc.is_alive()
+        assert pool.grade("so \\boxed{2}", "2") == Grade(True, True, False) and pool.killed == 0
+    code = ("from softtokens.reward.pool import GradingPool\n"
+            "pool = GradingPool(1, 5.0)\nprint(pool.grade('\\\\boxed{3}', '3'))\n")  # never closed
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "True" in r.stdout, r.stderr[-2000:]

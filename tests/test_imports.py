@@ -1,26 +1,46 @@
-"""The package's modules import each other without a circle, at module level or inside a
-function: a circle (data <-> sources, once) works only by the accident of import order."""
+"""The package's structure: sub-packages by layer, each importing only the layers below it (at
+module level or inside a function), no circle between modules, no module over 400 lines and no
+class over 200 (docs/layout.md)."""
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "softtokens"
+# bottom to top: a module may import its own layer and the ones before it
+# (run is lowest: config, names and paths are read by every layer; data reads reward's answer
+# normaliser to check golds when it prepares a dataset)
+LAYERS = ("run", "reward", "data", "model", "engine", "train", "eval", "report", "gpucheck", "commands", "cli")
+MAX_MODULE_LINES, MAX_CLASS_LINES = 400, 200
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for p in PACKAGE.rglob("*.py"):
+        parts = p.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if name != "softtokens.__main__":
+            out[name] = p
+    return out
+
+
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
 
 
 def import_graph() -> dict[str, set[str]]:
-    modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
-    graph = {m: set() for m in modules}
-    for m in modules:
-        for node in ast.walk(ast.parse((PACKAGE / f"{m}.py").read_text())):
+    mods = modules()
+    graph = {m: set() for m in mods}
+    for m, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
             names = []
             if isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             for name in names:
-                parts = name.split(".")
-                if parts[0] == "softtokens" and len(parts) > 1 and parts[1] in modules and parts[1] != m:
-                    graph[m].add(parts[1])
+                if name in mods and name != m and name != "softtokens":
+                    graph[m].add(name)
     return graph
 
 
@@ -53,5 +73,63 @@ def test_find_cycle_sees_a_circle():
 
 def test_no_module_imports_another_in_a_circle():
     graph = import_graph()
-    assert {"sources", "data"} <= set(graph) and "data" in graph["sources"]
+    assert "softtokens.data.sources" in graph["softtokens.data.splits"]  # the graph sees the imports
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    upward = []
+    for m, deps in graph.items():
+        mine = layer(m)
+        for d in deps:
+            theirs = layer(d)
+            if mine in LAYERS and theirs in LAYERS and LAYERS.index(theirs) > LAYERS.index(mine):
+                upward.append(f"{m} -> {d}")
+    return upward
+
+
+def test_upward_imports_are_seen():
+    graph = {"softtokens.engine.cot": {"softtokens.run.names"}, "softtokens.run.paths": {"softtokens.train.loop"}}
+    assert upward_imports(graph) == ["softtokens.run.paths -> softtokens.train.loop"]
+
+
+def test_each_layer_imports_only_downward():
+    graph = import_graph()
+    assert "softtokens.run.config" in graph["softtokens.train.config"]  # the graph sees the imports
+    upward = upward_imports(graph)
+    assert not upward, upward
+    assert {layer(m) for m in modules()} - {None, "__init__"} <= set(LAYERS)
+
+
+def test_no_module_or_class_too_big_to_read():
+    big = []
+    for m, path in modules().items():
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            big.append(f"{m}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
+                big.append(f"{m}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not big, big
+
+
+def test_no_native_code():
+    assert not [p for p in PACKAGE.rglob("*") if p.suffix in (".c", ".cc", ".cpp", ".h", ".so")]
+
+
+def test_the_names_that_must_not_drift_live_at_their_homes():
+    """DESIGN.md's public names, at the homes docs/layout.md lists, with their contracts."""
+    import torch
+
+    from softtokens.engine.settings import INFERENCE_SETTINGS
+    from softtokens.eval.metrics import pass_at_k
+    from softtokens.reward import reward
+    from softtokens.train.rloo import gaussian_log_prob, rloo_advantages
+
+    assert pass_at_k(4, 2, 1) == 0.5 and pass_at_k(4, 0, 2) == 0.0
+    assert (reward(" \\boxed{72}.", "72"), reward(" \\boxed{7}.", "72"), reward(" 72", "72")) == (100, 10, 0)
+    assert torch.allclose(rloo_advantages(torch.tensor([[1.0, 0.0, 0.0]])), torch.tensor([[1.0, -0.5, -0.5]]))
+    assert gaussian_log_prob(torch.ones(2), torch.zeros(2), 0.5).item() == -4.0
+    assert list(INFERENCE_SETTINGS) == ["hard_greedy", "hard_sample", "soft_greedy", "soft_sample", "fuzzy_greedy",
+                                        "fuzzy_sample"]
+    assert INFERENCE_SETTINGS["soft_sample"] == ("soft", 0.5, 0.33)

@@ -2,14 +2,13 @@
 one-sequence-at-a-time reference, and the accuracy / NLL definitions."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from softtokens.data import PROMPT_PREAMBLE, toy_choice_rows
-from softtokens.loglik import continuation_requests, score_rows, summarise
+from softtokens.data.prompt import PROMPT_PREAMBLE
+from softtokens.data.toy import toy_choice_rows
+from softtokens.eval.loglik import continuation_requests, score_rows, summarise
 
 
 def reference_loglik(model, tokenizer, context, choice):
@@ -52,7 +51,7 @@ def test_continuation_is_the_tokens_past_the_context(toy_tokenizer):
 def test_a_token_merged_across_the_boundary_stays_whole(toy_rows):
     """With ' = ' one token (as the demo's toy BPE learns), 'x =' + ' 12' is '... = ', '1', '2':
     the context's own tokens ('... ', '=') are not a prefix, the continuation is the digits."""
-    from softtokens.modeling import train_toy_tokenizer
+    from softtokens.model.toy import train_toy_tokenizer
 
     tok = train_toy_tokenizer([r["cot"] for r in toy_rows["train"]], 200, whole_phrases=(" = ",))
     merged = {"id": "m", "context": "58 + 74: 8 + 4 =", "choices": ["12", "13"], "label": 0}
@@ -91,11 +90,11 @@ def test_cli_evaluate_loglik(tmp_path, tiny_model, toy_tokenizer):
     data = tmp_path / "test.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in toy_choice_rows(8, seed=0)))
     out = tmp_path / "loglik.json"
-    res = subprocess.run([sys.executable, "-m", "softtokens", "evaluate-loglik", "--model", str(model_dir),
-                          "--data", str(data), "--out", str(out), "--settings",
-                          json.dumps({"batch_size": 4, "loglik_batch_size": 4, "cot_max_tokens": 6,
-                                      "answer_max_tokens": 3})], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
+    from softtokens.cli import main
+
+    assert main(["evaluate-loglik", "--model", str(model_dir), "--data", str(data), "--out", str(out), "--settings",
+                 json.dumps({"protocol": "generative", "batch_size": 4, "loglik_batch_size": 4, "cot_max_tokens": 6,
+                             "answer_max_tokens": 3, "dtype": "float32"})]) == 0
     result = json.loads(out.read_text())
     assert result["n_problems"] == 8 and 0 <= result["accuracy"] <= 1 and result["nll_correct"] > 0
     assert result["protocol"] == "generative" and result["definition"]["accuracy"].startswith("success rate")

@@ -4,7 +4,13 @@ import math
 import pytest
 import torch
 
-from softtokens.metrics import entropy_from_logits, entropy_profile, entropy_sums, mean_pass_at_k, pass_at_k
+from softtokens.engine.sampling import entropy_from_logits
+from softtokens.eval.metrics import (
+    entropy_profile,
+    entropy_sums,
+    mean_pass_at_k,
+    pass_at_k,
+)
 
 
 def brute_force_pass_at_k(n, c, k):

@@ -7,11 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from softtokens.data import PROMPT_PREAMBLE, toy_choice_rows
-from softtokens.generation import INFERENCE_SETTINGS
-from softtokens.ood import INSTRUCTION, evaluate_ood, mc_question, prompt_hash, prompt_of, read_choice
-from softtokens.reference_engine import ReferenceCotEngine
-from softtokens.splits import prepare
+from softtokens.data.prompt import PROMPT_PREAMBLE
+from softtokens.data.splits import prepare
+from softtokens.data.toy import toy_choice_rows
+from softtokens.engine.reference import ReferenceCotEngine
+from softtokens.engine.settings import INFERENCE_SETTINGS
+from softtokens.eval.ood import (
+    INSTRUCTION,
+    evaluate_ood,
+    mc_question,
+    prompt_hash,
+    prompt_of,
+    read_choice,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -54,7 +62,7 @@ def test_generative_predictions_are_greedy_decoding_of_their_prompts(tiny_model,
     toy_tokenizer.save_pretrained(model_dir)
     rows = toy_choice_rows(5, seed=4) + _rows("arc")
     result = evaluate_ood(str(model_dir), rows, "generative", cot_max_tokens=10, answer_max_tokens=4, batch_size=3,
-                          loglik_batch_size=2)
+                          loglik_batch_size=2, dtype="float32")
     assert result["protocol"] == "generative" and result["n_problems"] == len(rows)
     reference = ReferenceCotEngine(tiny_model, toy_tokenizer)
     for row, rec in zip(rows, result["problems"]):
@@ -74,8 +82,8 @@ def test_cloze_protocol_is_the_loglik_argmax(tiny_model, toy_tokenizer, tmp_path
     tiny_model.save_pretrained(model_dir)
     toy_tokenizer.save_pretrained(model_dir)
     rows = toy_choice_rows(6, seed=5)
-    cloze = evaluate_ood(str(model_dir), rows, "cloze", loglik_batch_size=4)
+    cloze = evaluate_ood(str(model_dir), rows, "cloze", 10, 4, 3, loglik_batch_size=4, dtype="float32")
     assert cloze["accuracy"] == cloze["accuracy_cloze"]
     assert all(p["correct"] == (p["pred_cloze"] == p["label"]) for p in cloze["problems"])
     with pytest.raises(ValueError, match="one of generative, cloze"):
-        evaluate_ood(str(model_dir), rows, "letters")
+        evaluate_ood(str(model_dir), rows, "letters", 10, 4, 3, 4, "float32")

@@ -9,18 +9,19 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import fault_env, make_tiny_model
 from safetensors.torch import load_file
 
-from softtokens.config import cell_rl, load_config
-from softtokens.splits import prepare
-from softtokens.training import TrainConfig, Trainer
-
-from conftest import make_tiny_model
+from softtokens.data.sources import loader_kind
+from softtokens.data.splits import prepare
+from softtokens.run.config import cell_rl, load_config, resolved_rl
+from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS
+from softtokens.train.config import TrainConfig
+from softtokens.train.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -29,7 +30,7 @@ TINY = dict(steps=2, warmup_steps=20, cot_max_tokens=8, answer_max_tokens=6, val
 
 def paper_settings(mode: str = "soft", **over) -> dict:
     """The llama-3b x math cell of the paper grid, unchanged but for the sizes in TINY."""
-    config = load_config(ROOT / "config.yaml")
+    config = load_config(ROOT / "config.yaml", loader_kind)
     rl = cell_rl(config, "paper", "llama-3b", "math")
     lr = config["grids"]["paper"]["models"]["llama-3b"]["lr"]
     return {**rl, **TINY, "mode": mode, "seed": 0, "lr": lr, **over}
@@ -39,7 +40,7 @@ def paper_settings(mode: str = "soft", **over) -> dict:
 def paper_base(tmp_path_factory, preamble_tokenizer):
     """A tiny random Llama and MATH-shaped data (the real loader, on the shipped fixture); its
     tokenizer splits the prompt's preamble into many tokens, as the paper's does, so rollouts
-    and evaluation prefill it once and share it (generation.CotEngine's shared prefix)."""
+    and evaluation prefill it once and share it (engine.cot.CotEngine's shared prefix)."""
     d = tmp_path_factory.mktemp("paper")
     make_tiny_model(preamble_tokenizer, seed=3, hidden=128).save_pretrained(d / "model")  # the toy base's width
     preamble_tokenizer.save_pretrained(d / "model")
@@ -66,8 +67,8 @@ def test_paper_precision_moves_every_weight(paper_base, tmp_path, monkeypatch):
     float32 master weights (the first step alone does too); the same updates applied to bf16
     weights would round away for most entries of the norms (the defect this guards against).
     The rollouts share the prompts' preamble (prefilled once), as they will on the cluster."""
-    from softtokens.generation import MIN_SHARED_TOKENS
-    from softtokens.kvcache import SlotKVCache
+    from softtokens.engine.cot import MIN_SHARED_TOKENS
+    from softtokens.engine.kvcache import SlotKVCache
 
     shared_lengths = []
     end_shared = SlotKVCache.end_shared
@@ -112,7 +113,7 @@ def test_paper_precision_moves_every_weight(paper_base, tmp_path, monkeypatch):
 
 
 def _master(trainer) -> dict[str, torch.Tensor]:
-    from softtokens.sharding import full_state_dict
+    from softtokens.train.sharding import full_state_dict
 
     return {k: v.clone() for k, v in full_state_dict(trainer.policy).items()}  # (on CPU it may alias the shards)
 
@@ -128,7 +129,7 @@ def test_checkpoint_loads_with_plain_from_pretrained(paper_base, tmp_path):
     trainer.run()
     ids = trainer.tokenizer(["What is $1+1$? Think step by step."], return_tensors="pt")["input_ids"]
     with torch.no_grad():
-        from softtokens.modeling import decoder_hidden, output_logits
+        from softtokens.model.head import decoder_hidden, output_logits
         trainer.policy.unshard()  # the root's weights (E, head) gathered, as inside the policy's forward
         policy_logits = trainer.policy.lm(input_ids=ids).logits.float()  # FSDP forward, bf16 compute
         trainer.policy.reshard()
@@ -149,8 +150,8 @@ def test_checkpoint_loads_with_plain_from_pretrained(paper_base, tmp_path):
 
 def test_memory_plan_matches_what_fsdp_allocates(paper_base, tmp_path):
     """Master weights, optimizer state and the rollout copy: the plan's bytes are exact on CPU."""
-    from softtokens.plan import TrainJob, load_architecture, train_memory
-    from softtokens.sharding import local_bytes, optimizer_state_tensors
+    from softtokens.train.plan import TrainJob, load_architecture, train_memory
+    from softtokens.train.sharding import local_bytes, optimizer_state_tensors
 
     cfg = TrainConfig.from_settings(paper_settings(steps=1))
     trainer = Trainer(cfg, str(paper_base / "model"), read_rows(paper_base / "train.jsonl"),
@@ -164,7 +165,7 @@ def test_memory_plan_matches_what_fsdp_allocates(paper_base, tmp_path):
 
 
 # ---------------------------------------------------------------- two processes (torchrun, gloo)
-def cli_train(base: Path, out: Path, settings: dict, processes: int, env: dict | None = None):
+def cli_train(base: Path, out: Path, settings: dict, processes: int, fault: str | None = None):
     args = ["-m", "softtokens", "train", "--settings", json.dumps(settings), "--base", str(base / "model"),
             "--train", str(base / "train.jsonl"), "--validation", str(base / "validation.jsonl"),
             "--state-dir", str(out / "_resume"), "--checkpoints", str(out / "checkpoints"),
@@ -174,8 +175,8 @@ def cli_train(base: Path, out: Path, settings: dict, processes: int, env: dict |
                "--master_port", str(29500 + (os.getpid() + len(str(out))) % 1000), *args]
     else:
         cmd = [sys.executable, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=fault_env(fault, env) if fault else env)
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +189,7 @@ def paper_runs(paper_base, tmp_path_factory):
         r = cli_train(paper_base, d / name, settings, procs)
         assert r.returncode == 0, r.stderr[-4000:]
         done[name] = d / name
-    crashed = cli_train(paper_base, d / "resumed", settings, 2, env={"SOFTTOKENS_CRASH_AT_STEP": "2"})
+    crashed = cli_train(paper_base, d / "resumed", settings, 2, fault="crash_at_step=2")
     assert crashed.returncode != 0 and "injected crash" in crashed.stderr
     assert (d / "resumed" / "_resume" / "latest" / "optimizer").is_dir()
     r = cli_train(paper_base, d / "resumed", settings, 2)
@@ -234,8 +235,9 @@ def test_resume_under_fsdp_equals_an_uninterrupted_run(paper_runs):
 def test_paper_checkpoint_evaluates(paper_runs, paper_base, tmp_path):
     """The selected checkpoint goes through selection and evaluation with the paper grid's
     evaluation settings (bf16 compute), on MATH-shaped golds."""
-    config = load_config(ROOT / "config.yaml")
+    config = load_config(ROOT / "config.yaml", loader_kind)
     ev = config["grids"]["paper"]["evaluation"]
+    rl = resolved_rl(config, "paper")
     run = paper_runs["two"]
     sel = subprocess.run([sys.executable, "-m", "softtokens", "select", "--metrics", str(run / "metrics.jsonl"),
                           "--checkpoints", str(run / "checkpoints"), "--out", str(tmp_path / "selected.json")],
@@ -243,7 +245,8 @@ def test_paper_checkpoint_evaluates(paper_runs, paper_base, tmp_path):
     assert sel.returncode == 0, sel.stderr[-3000:]
     settings = {"n_samples": 2, "cot_max_tokens": 8, "answer_max_tokens": ev["answer_max_tokens"],
                 "batch_size": ev["batch_size"], "seed": ev["seed"],
-                "dtype": config["rl"]["compute_dtype"], "grading_timeout_s": config["rl"]["grading_timeout_s"]}
+                "dtype": rl["compute_dtype"], "grading_timeout_s": rl["grading_timeout_s"],
+                **{k: rl[k] for k in (*COT_KEYS, *PLACEMENT_KEYS)}}
     out = tmp_path / "soft_sample.json"
     r = subprocess.run([sys.executable, "-m", "softtokens", "evaluate", "--settings", json.dumps(settings),
                         "--selected", str(tmp_path / "selected.json"), "--data", str(paper_base / "validation.jsonl"),

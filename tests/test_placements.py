@@ -5,15 +5,21 @@ placement's density is unbiased on closed-form problems."""
 
 import pytest
 import torch
-
-from softtokens.counter_noise import counter_normal
-from softtokens.data import format_prompt
-from softtokens.generation import ANSWER, COT, EMBEDDING, CotEngine, CotSetting, Placement, placement_of
-from softtokens.modeling import embedding_scale
-from softtokens.rloo import (gaussian_log_prob, placement_gaussian, rloo_advantages, rloo_loss,
-                             token_log_prob)
-
 from conftest import assert_same_loss_and_gradients, make_tiny_model, stepwise
+
+from softtokens.data.prompt import format_prompt
+from softtokens.engine.cot import CotEngine
+from softtokens.engine.noise import counter_normal
+from softtokens.engine.rollout import ANSWER, COT
+from softtokens.engine.settings import EMBEDDING, CotSetting, Placement, placement_of
+from softtokens.model.scale import embedding_scale
+from softtokens.train.rloo import (
+    gaussian_log_prob,
+    placement_gaussian,
+    rloo_advantages,
+    rloo_loss,
+    token_log_prob,
+)
 
 PLACEMENTS = [("fuzzy", Placement("hidden")), ("soft", Placement("hidden")), ("fuzzy", Placement("logits")),
               ("soft", Placement("logits")), ("soft", Placement("logits", 5))]
@@ -208,9 +214,10 @@ def test_placements_train_at_the_papers_precision(base, toy_rows, tmp_path, mode
     weight moves, and the run records its noise."""
     from safetensors.torch import load_file
 
-    from softtokens.training import TrainConfig, Trainer
+    from softtokens.train.config import TrainConfig
+    from softtokens.train.loop import Trainer
 
-    cfg = TrainConfig(mode=mode, seed=1, lr=6e-6, prompts_per_step=2, samples_per_prompt=4, steps=2, warmup_steps=1,
+    cfg = TrainConfig.paper(mode=mode, seed=1, lr=6e-6, prompts_per_step=2, samples_per_prompt=4, steps=2, warmup_steps=1,
                       cot_max_tokens=10, answer_max_tokens=4, val_every=2, val_size=6, micro_batch_size=4,
                       param_dtype="float32", compute_dtype="bfloat16", noise_placement=placement.where,
                       noise_top_k=placement.top_k, soft_temperature=1.0 if placement.top_k else 0.5)

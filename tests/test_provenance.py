@@ -1,9 +1,10 @@
-import json
 
 import pytest
 
-from softtokens.provenance import Provenance, atomic_dir, atomic_path, audit, read_record, sha256_path, write_json
-from softtokens.selection import check_checkpoint, select_best
+from softtokens.model.checkpoint import TrainerState
+from softtokens.run.files import atomic_dir, atomic_path, sha256_path, write_json
+from softtokens.run.provenance import Provenance, audit, read_record
+from softtokens.train.selection import check_checkpoint, select_best
 
 
 def test_atomic_write_leaves_nothing_on_crash(tmp_path):
@@ -72,7 +73,8 @@ def test_selection_takes_best_and_earliest_on_ties(tmp_path):
         select_best([{"kind": "train", "step": 1}])
     ck = tmp_path / "best"
     ck.mkdir()
-    (ck / "trainer_state.json").write_text(json.dumps({"step": 40}))
+    TrainerState(step=40, best_val=0.6, base_val=0.3, embedding_scale={}, sigma=0.0, noise={}, config={},
+                 base_model="base", base_revision=None, processes=1).write(ck)
     with pytest.raises(ValueError, match="holds step 40"):
         check_checkpoint(ck, 20)
 
@@ -94,7 +96,7 @@ def test_selection_never_picks_the_base_model():
 
 
 def test_hub_revision_is_none_for_a_local_model(tmp_path, tiny_model):
-    from softtokens.modeling import hub_revision, load_model
+    from softtokens.model.loading import hub_revision, load_model
 
     tiny_model.save_pretrained(tmp_path / "m")
     assert hub_revision(load_model(tmp_path / "m")) is None

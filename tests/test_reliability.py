@@ -14,11 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import fault_env
 
-from softtokens.training import NonFiniteUpdate, TrainConfig, Trainer
+from softtokens.run.config import PAPER_RL
+from softtokens.train.config import TrainConfig
+from softtokens.train.loop import Trainer
+from softtokens.train.update import NonFiniteUpdate
 
-
-SETTINGS = dict(mode="fuzzy", seed=4, lr=1e-3, prompts_per_step=2, samples_per_prompt=4, steps=6, warmup_steps=1,
+# a run's resolved settings, as the workflow hands them to the job: every key (run.jobs)
+SETTINGS = dict(PAPER_RL, mode="fuzzy", seed=4, lr=1e-3, prompts_per_step=2, samples_per_prompt=4, steps=6, warmup_steps=1,
                 cot_max_tokens=10, answer_max_tokens=4, val_every=3, val_size=6, micro_batch_size=4,
                 compute_dtype="float32", resume_save_minutes=0.0)
 TIMINGS = ("seconds_rollout", "seconds_reward", "seconds_update")
@@ -33,9 +37,10 @@ def train_cmd(base: Path, out: Path, settings: dict = SETTINGS) -> list[str]:
             str(out / "metrics.jsonl")]
 
 
-def run(base, out, env=None, settings=SETTINGS):
+def run(base, out, fault=None, settings=SETTINGS):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(train_cmd(base, out, settings), capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+                          env=fault_env(fault, env) if fault else env)
 
 
 def outcome(out: Path) -> tuple[list[dict], dict[str, bytes]]:
@@ -110,7 +115,7 @@ def test_sigterm_saves_the_resume_state_and_the_rerun_equals_an_uninterrupted_ru
 
 
 def test_a_crash_while_writing_a_checkpoint_resumes_from_the_previous_one(base, tmp_path, straight):
-    r = run(base, tmp_path, env={"SOFTTOKENS_CRASH_IN_SAVE": "4"})
+    r = run(base, tmp_path, fault="crash_in_save=4")
     assert r.returncode != 0 and "injected crash while writing the latest checkpoint of step 4" in r.stderr
     assert json.loads((tmp_path / "_resume" / "latest" / "trainer_state.json").read_text())["step"] == 3
     r = run(base, tmp_path)
@@ -121,7 +126,7 @@ def test_a_crash_while_writing_a_checkpoint_resumes_from_the_previous_one(base, 
 
 @pytest.mark.parametrize("damage", ["truncate", "delete", "garble_state"])
 def test_a_damaged_resume_state_is_never_loaded(base, tmp_path, straight, damage):
-    r = run(base, tmp_path, env={"SOFTTOKENS_CRASH_AT_STEP": "4"})
+    r = run(base, tmp_path, fault="crash_at_step=4")
     assert r.returncode != 0
     latest = tmp_path / "_resume" / "latest"
     weights = latest / "model.safetensors"
@@ -142,16 +147,16 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_state(
                                                                                  monkeypatch):
     cfg = TrainConfig.from_settings(SETTINGS)
     trainer = Trainer(cfg, str(base / "model"), toy_rows["train"], toy_rows["validation"], tmp_path / "_resume")
-    import softtokens.training as training
+    import softtokens.train.update as update
 
-    real = training.rloo_loss
+    real = update.rloo_loss
     calls = {"n": 0}
 
     def poisoned(*args):
         calls["n"] += 1
         loss = real(*args)
         return loss * float("nan") if calls["n"] > 4 else loss  # 2 micro-batches a step: step 3 turns NaN
-    monkeypatch.setattr(training, "rloo_loss", poisoned)
+    monkeypatch.setattr(update, "rloo_loss", poisoned)
     with pytest.raises(NonFiniteUpdate, match=r"step 3: the loss is not finite .* last good state .* \(step 2\)"):
         trainer.run()
     state = json.loads((tmp_path / "_resume" / "latest" / "trainer_state.json").read_text())
@@ -163,30 +168,31 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_state(
 def test_a_stale_upstream_output_is_refused(tmp_path):
     """An output made from other settings than the current config gives it stops the job that
     would read it (the stale toy base once reused silently after an interrupted run)."""
-    from softtokens.provenance import StaleInput, check_expected, config_hash
+    from test_evaluate_cli import SETTINGS as EVAL_SETTINGS
+
+    from softtokens.cli import main
+    from softtokens.run.provenance import StaleInput, check_expected, config_hash
 
     made = {"loader": "toy", "seed": 1, "train_size": 40, "validation_size": 8, "test_size": 8}
-    r = subprocess.run([sys.executable, "-m", "softtokens", "prepare-data", "--dataset", "toyarith", "--splits",
-                        "train,validation", "--settings", json.dumps(made), "--out-dir", str(tmp_path)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert main(["prepare-data", "--dataset", "toyarith", "--splits", "train,validation", "--settings",
+                 json.dumps(made), "--out-dir", str(tmp_path)]) == 0
     data = tmp_path / "train.jsonl"
     check_expected([f"{data}={config_hash(made)}"])  # the same settings: accepted
     now = {**made, "train_size": 50}
     with pytest.raises(StaleInput, match=r"made by prepare_data with settings .* current config gives .* stale.*"
                                          r"--forcerun prepare_data"):
         check_expected([f"{data}={config_hash(now)}"])
-    r = subprocess.run([sys.executable, "-m", "softtokens", "evaluate", "--settings", "{}", "--expect",
-                        f"{data}={config_hash(now)}", "--setting", "hard_greedy", "--model", "nowhere", "--data",
-                        str(data), "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=300)
-    assert r.returncode != 0 and "stale input" in r.stderr and not (tmp_path / "x.json").exists()
+    with pytest.raises(SystemExit, match="stale input"):
+        main(["evaluate", "--settings", json.dumps(EVAL_SETTINGS), "--expect", f"{data}={config_hash(now)}",
+              "--setting", "hard_greedy", "--model", "nowhere", "--data", str(data), "--out", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()
 
 
 @pytest.mark.parametrize("name", ["/nonexistent/model/dir", "no-such-org/no-such-model-xyz"])
 def test_an_unreadable_base_model_is_named(name, monkeypatch):
-    from softtokens.modeling import ModelLoadError, load_model, load_tokenizer
-
     import huggingface_hub.constants
+
+    from softtokens.model.loading import ModelLoadError, load_model, load_tokenizer
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub id on a node without internet (read at import,
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # hence the constant too)
@@ -196,7 +202,7 @@ def test_an_unreadable_base_model_is_named(name, monkeypatch):
 
 
 def test_a_row_with_a_missing_field_names_file_and_line(tmp_path):
-    from softtokens.data import DataFormatError, read_jsonl
+    from softtokens.data.rows import DataFormatError, read_jsonl
 
     p = tmp_path / "rows.jsonl"
     p.write_text('{"id": "a", "question": "q", "answer": "1"}\n\n{"id": "b", "question": "q"}\n')
@@ -207,7 +213,7 @@ def test_a_row_with_a_missing_field_names_file_and_line(tmp_path):
 def test_a_cluster_without_accounting_is_caught_before_any_job():
     """The plugin follows jobs with sacct whenever the binary exists; without accounting sacct
     fails and Snakemake would wait forever. The start-up check names the flag to use."""
-    from softtokens.slurm_check import FLAG, status_command_problem
+    from softtokens.run.slurm_check import FLAG, status_command_problem
 
     class Done:
         def __init__(self, rc, err=""):
@@ -227,7 +233,8 @@ def test_a_cluster_without_accounting_is_caught_before_any_job():
 def test_the_audit_flags_a_result_made_from_a_stale_input(tmp_path, monkeypatch):
     """A consumer records the settings hash the config gave each input; the audit compares it with
     the input's own record (a result made while the job-side check was bypassed is flagged)."""
-    from softtokens.provenance import Provenance, audit, config_hash, expected_map, write_json
+    from softtokens.run.files import write_json
+    from softtokens.run.provenance import Provenance, audit, config_hash, expected_map
 
     monkeypatch.chdir(tmp_path)
     made, now = {"train_size": 40}, {"train_size": 50}

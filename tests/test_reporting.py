@@ -9,8 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from softtokens.reporting import (BELOW_BASE_MARK, figure_groups, load_eval_frame, main_table, parse_eval_path,
-                                  write_figures, write_tables)
+from softtokens.report.figures import figure_groups, write_figures
+from softtokens.report.results import load_eval_frame
+from softtokens.report.tables import BELOW_BASE_MARK, main_table, write_tables
+from softtokens.run.paths import parse_eval_path
 
 SETTINGS = ("hard_greedy", "hard_sample", "soft_greedy", "soft_sample")
 N = 4
@@ -88,7 +90,8 @@ def test_tables_mark_runs_selected_below_their_base(grid, tmp_path):
 
 
 def test_ood_table_marks_runs_selected_below_their_base(tmp_path):
-    from softtokens.reporting import load_loglik_frame, ood_table
+    from softtokens.report.results import load_loglik_frame
+    from softtokens.report.tables import ood_table
 
     paths = []
     for name, below in (("base", None), ("dsa-soft-seed0", True), ("dsa-soft-seed1", False), ("dsa-hard-seed0", False)):

@@ -10,10 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from softtokens import claims, ledger, reproduction
-from softtokens.paper import CELL_KEYS, TABLES, load_paper_results
-from softtokens.provenance import Provenance, write_json
-from softtokens.report_page import write_report
+from softtokens.report import ledger, reproduction
+from softtokens.report.page import write_report
+from softtokens.report.paper import CELL_KEYS, TABLES, load_paper_results
+from softtokens.run.files import write_json
+from softtokens.run.provenance import Provenance
 
 # pass@1 (%) per seed; pass@32 of hard_sample per seed
 SEEDS = {
@@ -207,7 +208,7 @@ def test_report_pages_show_missing_cells_and_claims(fixture):
 # ---------------------------------------------------------------- audit of one cell
 def _chain(tmp_path: Path) -> tuple[Path, list[Path]]:
     """data -> training checkpoint -> selection -> evaluation files of two seeds -> tables."""
-    from softtokens.reporting import write_tables
+    from softtokens.report.tables import write_tables
 
     data = tmp_path / "data" / "ds"
     data.mkdir(parents=True)
@@ -241,7 +242,7 @@ def _chain(tmp_path: Path) -> tuple[Path, list[Path]]:
 
 def test_audit_of_a_cell_flags_an_edited_data_file(tmp_path, monkeypatch, capsys):
     from softtokens.cli import main
-    from softtokens.reporting import audit_cell
+    from softtokens.report.audit import audit_cell
 
     monkeypatch.chdir(tmp_path)
     table, evals = _chain(Path("."))
@@ -259,7 +260,7 @@ def test_audit_of_a_cell_flags_an_edited_data_file(tmp_path, monkeypatch, capsys
 
 
 def test_audit_of_a_cell_flags_a_result_that_no_longer_gives_the_table(tmp_path, monkeypatch):
-    from softtokens.reporting import audit_cell
+    from softtokens.report.audit import audit_cell
 
     monkeypatch.chdir(tmp_path)
     table, evals = _chain(Path("."))

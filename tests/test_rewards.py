@@ -11,9 +11,19 @@ from pathlib import Path
 import pytest
 from math_verify import LatexExtractionConfig, parse, verify
 
-from softtokens.rewards import (REWARD_BOXED_WRONG, REWARD_CORRECT, REWARD_NO_BOX, GradingTimeout, Grade,
-                                gold_problem, grade, reward, reward_of_grade, time_limit)
-from softtokens.sources import SOURCES
+from softtokens.data.sources import SOURCES
+from softtokens.reward.grader import (
+    REWARD_BOXED_WRONG,
+    REWARD_CORRECT,
+    REWARD_NO_BOX,
+    Grade,
+    GradingTimeout,
+    gold_problem,
+    grade,
+    reward,
+    reward_of_grade,
+    time_limit,
+)
 
 SHAPES = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "gold_shapes.jsonl").read_text().splitlines()]
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from softtokens.rloo import gaussian_log_prob, rloo_advantages, rloo_loss
+from softtokens.train.rloo import gaussian_log_prob, rloo_advantages, rloo_loss
 
 
 def test_leave_one_out_advantages_by_hand():
@@ -72,9 +72,10 @@ def test_chunked_update_pass_equals_one_chunk(monkeypatch, tiny_model, toy_token
     """Log-probabilities, replay statistics and gradients do not depend on how many steps' logits
     the update pass holds at once (chunks of 7 steps, recomputed in the backward, vs all at once).
     The bf16-compute variant is test_chunked_update_pass_in_bf16_compute."""
-    import softtokens.rloo as rloo
-    from softtokens.data import format_prompt
-    from softtokens.generation import INFERENCE_SETTINGS, CotEngine
+    import softtokens.train.rloo as rloo
+    from softtokens.data.prompt import format_prompt
+    from softtokens.engine.cot import CotEngine
+    from softtokens.engine.settings import INFERENCE_SETTINGS
 
     setting = INFERENCE_SETTINGS[name]
     sigma = 0.05 if setting.noise_factor else 1.0
@@ -103,12 +104,14 @@ def test_chunked_update_pass_in_bf16_compute(monkeypatch, toy_tokenizer, toy_row
     """The paper grid's update pass: float32 master weights sharded by FSDP2 with bf16 compute
     (sharding.shard_policy, one process), float32 logits chunked over steps. Chunks of 7 give the
     one-chunk loss, and float32 gradients to bf16 accuracy."""
-    import softtokens.rloo as rloo
     from conftest import make_tiny_model
-    from softtokens.data import format_prompt
-    from softtokens.distributed import DataParallel
-    from softtokens.generation import INFERENCE_SETTINGS, CotEngine
-    from softtokens.sharding import shard_policy
+
+    import softtokens.train.rloo as rloo
+    from softtokens.data.prompt import format_prompt
+    from softtokens.engine.cot import CotEngine
+    from softtokens.engine.settings import INFERENCE_SETTINGS
+    from softtokens.train.distributed import DataParallel
+    from softtokens.train.sharding import shard_policy
 
     setting = INFERENCE_SETTINGS["fuzzy_sample"]
     rollout_model = make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=6)
@@ -137,11 +140,11 @@ def test_chunked_update_pass_in_bf16_compute(monkeypatch, toy_tokenizer, toy_row
 
 
 def test_near_ties_and_the_softmax_jacobian_scale_are_counted():
-    """The fuzzy-spike diagnostic (README, "Why fuzzy training spikes"): a CoT step is a near tie when
+    """The fuzzy-spike diagnostic (docs/findings.md, "Why fuzzy training spikes"): a CoT step is a near tie when
     its mixture's second weight is >= 1 % of its first (top-two logits within tau ln 100), and the
     largest p1 p2 / tau over CoT steps is reported. Logits are set by hand: W = I, logits = h."""
-    from softtokens.generation import EMBEDDING, CotSetting
-    from softtokens.rloo import _chunk_terms
+    from softtokens.engine.settings import EMBEDDING, CotSetting
+    from softtokens.train.rloo import _chunk_terms
 
     tau, v = 1e-4, 4
     gaps = [0.0, 10 * tau, 2 * tau, 0.0]   # top-two gaps of steps 0..3; step 3 is an answer step
@@ -173,10 +176,12 @@ def test_replay_counts_a_flip_as_a_mismatch_only_beyond_the_logit_tolerance(tiny
     over the steps that did not flip."""
     import dataclasses
 
-    from softtokens.data import format_prompt
-    from softtokens.generation import COT, INFERENCE_SETTINGS, CotEngine
-    from softtokens.modeling import output_logits
-    from softtokens.rloo import rollout_log_probs, step_hidden
+    from softtokens.data.prompt import format_prompt
+    from softtokens.engine.cot import CotEngine
+    from softtokens.engine.rollout import COT
+    from softtokens.engine.settings import INFERENCE_SETTINGS
+    from softtokens.model.head import output_logits
+    from softtokens.train.rloo import rollout_log_probs, step_hidden
 
     setting = INFERENCE_SETTINGS["soft_sample"]
     prompts = [format_prompt(r["question"]) for r in toy_rows["test"][:3]]

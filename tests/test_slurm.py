@@ -20,6 +20,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent / "slurm"
+STEPS = 40
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +52,9 @@ def tiny_grid() -> dict:
     grid["training"] = [{"model": "toy", "dataset": "toyarith", "modes": ["fuzzy"], "seeds": [0]}]
     grid["evaluation"].update(settings=["hard_greedy"], ood_benchmarks=[])
     grid["datasets"].pop("toychoice")
-    # long enough to be cancelled mid-run; the resume state saved after every step
-    grid["rl"].update(steps=14, val_every=7, resume_save_minutes=0.0)
+    # long enough to be cancelled mid-run on a fast machine (a toy step takes ~0.2 s); the resume
+    # state saved after every step
+    grid["rl"].update(steps=STEPS, val_every=STEPS // 2, resume_save_minutes=0.0)
     small = {"mem_mb": 1500, "runtime": 30}
     grid["resources"] = {"train": dict(small), "evaluate": dict(small), "evaluate_loglik": dict(small),
                          "cpu": dict(small)}
@@ -82,13 +84,13 @@ def test_a_tiny_grid_through_slurm_survives_a_cancelled_training_job(slurm, tmp_
     log = open(tmp_path / "snakemake.log", "w")
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=env)
     resume = tmp_path / "results/toy/runs/toy/toyarith/fuzzy/seed0/_resume"
-    cancelled = None
+    cancelled, cancelled_at = None, None
     deadline = time.time() + 900
     while proc.poll() is None and time.time() < deadline:
         if cancelled is None and _train_steps(resume) >= 3:
             jobs = _train_job_ids()
             if jobs:
-                cancelled = jobs[0]
+                cancelled, cancelled_at = jobs[0], _train_steps(resume)
                 subprocess.run(["scancel", cancelled], check=True)
         time.sleep(0.5)
     if proc.poll() is None:
@@ -98,6 +100,7 @@ def test_a_tiny_grid_through_slurm_survives_a_cancelled_training_job(slurm, tmp_
     print(f"SLURM run: {time.time() - started:.0f} s")
     assert proc.returncode == 0, text[-5000:]
     assert cancelled is not None, "no training job was seen running under SLURM"
+    assert cancelled_at < STEPS - 2, f"cancelled at step {cancelled_at} of {STEPS}: too late to test a resume"
     res = tmp_path / "results/toy"
     assert (res / "tables/main.md").exists() and (res / "report/reproduction.md").exists()
     train_log = (res / "logs/train/toy/toyarith/fuzzy/seed0.log").read_text()
@@ -109,4 +112,4 @@ def test_a_tiny_grid_through_slurm_survives_a_cancelled_training_job(slurm, tmp_
     assert attempts[-1]["resumed_from_step"] >= 3 and attempts[-1]["slurm_job_id"] != cancelled
     steps = [json.loads(line)["step"] for line in (res / "runs/toy/toyarith/fuzzy/seed0/metrics.jsonl").read_text()
              .splitlines() if '"kind": "train"' in line]
-    assert steps == list(range(1, 15))  # every step once: nothing lost, nothing repeated
+    assert steps == list(range(1, STEPS + 1))  # every step once: nothing lost, nothing repeated

@@ -3,12 +3,18 @@ for a fixed recorded rollout, and against finite differences."""
 
 import pytest
 import torch
-
-from softtokens.data import format_prompt
-from softtokens.generation import ANSWER, COT, INFERENCE_SETTINGS, CotEngine, CotSetting
-from softtokens.rloo import gaussian_log_prob, rloo_loss, rollout_log_probs, token_log_prob
-
 from conftest import assert_same_loss_and_gradients, make_tiny_model, stepwise
+
+from softtokens.data.prompt import format_prompt
+from softtokens.engine.cot import CotEngine
+from softtokens.engine.rollout import ANSWER, COT
+from softtokens.engine.settings import INFERENCE_SETTINGS, CotSetting
+from softtokens.train.rloo import (
+    gaussian_log_prob,
+    rloo_loss,
+    rollout_log_probs,
+    token_log_prob,
+)
 
 
 def reference_log_probs(model, rollout, sigma, answer_temperature):

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from softtokens.data import DataFormatError
-from softtokens.splits import prepare
-from softtokens.sources import SOURCES, clean_gold, last_boxed
+from softtokens.data.rows import DataFormatError
+from softtokens.data.sources import SOURCES, clean_gold
+from softtokens.data.splits import prepare
+from softtokens.reward.grader import last_boxed
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -71,7 +72,7 @@ def test_olympiadbench_final_answer_list():
 
 def test_every_kept_gold_earns_the_full_reward_boxed():
     """What prepare-data guarantees for every math row it keeps, whatever the source."""
-    from softtokens.rewards import reward
+    from softtokens.reward.grader import reward
 
     for loader, splits in (("gsm8k", ("train", "validation", "test")), ("math", ("train", "validation", "test")),
                            ("deepscaler", ("train", "validation")), ("math500", ("test",)),

@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from softtokens.training import TrainConfig, Trainer
-
+from softtokens.train.config import TrainConfig
+from softtokens.train.loop import Trainer
 
 CFG = dict(mode="soft", seed=3, lr=1e-3, prompts_per_step=2, samples_per_prompt=4, steps=3, warmup_steps=1,
            cot_max_tokens=10, answer_max_tokens=4, val_every=1, val_size=6, micro_batch_size=3, compute_dtype="float32")
@@ -42,7 +42,7 @@ def run_in_process(base, toy_rows, out: Path, cfg: TrainConfig, crash_at: int | 
 
 
 def test_resume_after_a_crash_continues_the_same_run(base, toy_rows, tmp_path):
-    cfg = TrainConfig(**CFG)
+    cfg = TrainConfig.paper(**CFG)
     straight = run_in_process(base, toy_rows, tmp_path / "straight", cfg)
     run_in_process(base, toy_rows, tmp_path / "resumed", cfg, crash_at=2)
     assert (tmp_path / "resumed" / "_resume" / "latest" / "optimizer").is_dir()  # sharded AdamW state (DCP)
@@ -62,9 +62,9 @@ def test_resume_after_a_crash_continues_the_same_run(base, toy_rows, tmp_path):
 def test_best_checkpoint_is_a_trained_step(base, toy_rows, tmp_path):
     """The base model is validated at step 0 as the reference, never kept as 'best' (the untrained
     tiny model ties at every validation, which used to leave step 0 as the best)."""
-    from softtokens.selection import check_checkpoint, select_best
+    from softtokens.train.selection import check_checkpoint, select_best
 
-    cfg = TrainConfig(**CFG)
+    cfg = TrainConfig.paper(**CFG)
     trainer = run_in_process(base, toy_rows, tmp_path, cfg)
     vals = [m for m in trainer.metrics if m["kind"] == "validation"]
     assert [m["step"] for m in vals] == [0, 1, 2, 3]
@@ -78,20 +78,21 @@ def test_best_checkpoint_is_a_trained_step(base, toy_rows, tmp_path):
 
 def test_mean_dim_divides_the_gaussian_term_by_d(base, toy_rows, tmp_path):
     """The ablation knob reaches the trainer: the Gaussian term is scaled by 1/d of the base's E."""
-    trainer = Trainer(TrainConfig(**{**CFG, "gaussian_normalization": "mean_dim"}), str(base / "model"),
+    trainer = Trainer(TrainConfig.paper(**{**CFG, "gaussian_normalization": "mean_dim"}), str(base / "model"),
                       toy_rows["train"], toy_rows["validation"], tmp_path / "_resume")
     assert trainer.gaussian_scale == pytest.approx(1.0 / trainer.scale.dim)
-    assert Trainer(TrainConfig(**CFG), str(base / "model"), toy_rows["train"], toy_rows["validation"],
+    assert Trainer(TrainConfig.paper(**CFG), str(base / "model"), toy_rows["train"], toy_rows["validation"],
                    tmp_path / "_resume2").gaussian_scale == 1.0
 
 
 def test_sigma_of_a_trained_checkpoint_comes_from_its_base(base, toy_rows, tmp_path):
-    """The rule training, validation and evaluation share (modeling.noise_scale): sigma is set by
+    """The rule training, validation and evaluation share (model.scale.noise_scale): sigma is set by
     the base model's E, so a trained model is tested at the noise level it was trained with."""
-    from softtokens.evaluation import evaluate
-    from softtokens.modeling import embedding_scale, load_model, noise_scale
+    from softtokens.eval.math_eval import evaluate
+    from softtokens.model.loading import load_model
+    from softtokens.model.scale import embedding_scale, noise_scale
 
-    trainer = run_in_process(base, toy_rows, tmp_path, TrainConfig(**{**CFG, "lr": 1e-2}))
+    trainer = run_in_process(base, toy_rows, tmp_path, TrainConfig.paper(**{**CFG, "lr": 1e-2}))
     ckpt = tmp_path / "checkpoints" / "best"
     own = embedding_scale(load_model(ckpt))
     base_scale, source = noise_scale(ckpt, None)
@@ -106,9 +107,14 @@ def test_sigma_of_a_trained_checkpoint_comes_from_its_base(base, toy_rows, tmp_p
 def test_one_source_of_cot_settings_for_training_validation_and_evaluation(base, toy_rows):
     """soft_temperature (and every CoT key) reaches training rollouts, greedy validation and the
     test-time settings alike: an ablation over tau evaluates at its own tau."""
-    from softtokens.config import COT_KEYS
-    from softtokens.evaluation import evaluate
-    from softtokens.generation import INFERENCE_SETTINGS, PAPER_COT, CotSetting, cot_settings
+    from softtokens.engine.settings import (
+        INFERENCE_SETTINGS,
+        PAPER_COT,
+        CotSetting,
+        cot_settings,
+    )
+    from softtokens.eval.math_eval import evaluate
+    from softtokens.run.names import COT_KEYS
 
     assert INFERENCE_SETTINGS == cot_settings(PAPER_COT)
     assert INFERENCE_SETTINGS["soft_sample"] == CotSetting("soft", 0.5, 0.33)  # the paper's Section 4
@@ -118,7 +124,7 @@ def test_one_source_of_cot_settings_for_training_validation_and_evaluation(base,
     assert six["soft_greedy"] == CotSetting("soft", 0.7, 0.0) and six["soft_sample"] == CotSetting("soft", 0.7, 1.0)
     assert six["fuzzy_sample"] == CotSetting("fuzzy", 0.0001, 1.0) and six["hard_greedy"] == CotSetting("hard", 0.0, 0.0)
     for mode in ("hard", "soft", "fuzzy"):
-        cfg = TrainConfig(**{**CFG, **cot, "mode": mode})
+        cfg = TrainConfig.paper(**{**CFG, **cot, "mode": mode})
         assert cfg.cot_setting == six[f"{mode}_sample"] and cfg.validation_setting == six[f"{mode}_greedy"]
     with pytest.raises(KeyError, match="missing soft_temperature"):
         cot_settings({k: v for k, v in PAPER_COT.items() if k != "soft_temperature"})
@@ -135,20 +141,19 @@ def test_one_source_of_cot_settings_for_training_validation_and_evaluation(base,
 def test_relative_clipping_bounds_each_step_by_the_median_of_the_previous_norms(base, toy_rows, tmp_path, monkeypatch):
     """max_grad_norm_ratio k clips a step's gradient to k x the median norm (before clipping) of the
     previous grad_norm_window steps, once GRAD_NORM_HISTORY_MIN exist; a resumed run clips as an
-    unbroken one (the history is its metrics), and clipping changes the run (README, "Why fuzzy
+    unbroken one (the history is its metrics), and clipping changes the run (docs/findings.md, "Why fuzzy
     training spikes")."""
     import statistics
 
-    from softtokens import training
-    from softtokens.rewards import Grade
-    from softtokens.training import GRAD_NORM_HISTORY_MIN
+    from softtokens.reward.grader import Grade
+    from softtokens.train.clipping import GRAD_NORM_HISTORY_MIN
 
     # the untrained tiny base never boxes an answer, so every reward ties and no step has a gradient:
     # a grader that pays for completions of even length (deterministic) gives every step one
     even = lambda completion, gold, timeout: Grade(True, len(completion) % 2 == 0)  # noqa: E731
     settings = {**CFG, "mode": "fuzzy", "lr": 1e-5, "prompts_per_step": 4, "steps": 8, "val_every": 100,
                 "max_grad_norm_ratio": 0.5, "grad_norm_window": 3}
-    cfg = TrainConfig(**settings)
+    cfg = TrainConfig.paper(**settings)
     straight = train_rows(run_in_process(base, toy_rows, tmp_path / "straight", cfg, grader=even).metrics)
     for i, m in enumerate(straight):
         history = [p["grad_norm"] for p in straight[:i] if p["grad_norm"] > 0][-3:]  # steps with a gradient
@@ -169,7 +174,7 @@ def test_relative_clipping_bounds_each_step_by_the_median_of_the_previous_norms(
             assert x["grad_clip"] == pytest.approx(y["grad_clip"], rel=1e-5)
 
     unclipped = train_rows(run_in_process(base, toy_rows, tmp_path / "unclipped",
-                                          TrainConfig(**{**settings, "max_grad_norm_ratio": 0.0}), grader=even).metrics)
+                                          TrainConfig.paper(**{**settings, "max_grad_norm_ratio": 0.0}), grader=even).metrics)
     assert all(m["grad_clip"] is None for m in unclipped)
     first = next(i for i, m in enumerate(straight) if m["clipped"])
     assert straight[first]["grad_norm"] == pytest.approx(unclipped[first]["grad_norm"], rel=1e-5)  # same until then
@@ -184,16 +189,16 @@ def test_relative_clipping_bounds_each_step_by_the_median_of_the_previous_norms(
 def test_steps_without_a_gradient_are_not_part_of_the_clipping_history():
     """A step whose rewards all tied has a zero gradient; counting it would drag the median to 0 and
     clip the next real gradient away."""
-    from types import SimpleNamespace
+    from softtokens.train.clipping import clip_threshold
 
-    cfg = TrainConfig(mode="fuzzy", seed=0, lr=1.0, max_grad_norm_ratio=2.0, grad_norm_window=4)
-    history = lambda norms: SimpleNamespace(cfg=cfg, metrics=[{"kind": "train", "grad_norm": x} for x in norms]
-                                            + [{"kind": "validation", "step": 0}])
-    assert Trainer.clip_threshold(history([5.0, 0.0, 0.0, 0.0])) == float("inf")  # one step with a gradient
-    assert Trainer.clip_threshold(history([1.0, 0.0, 3.0, 9.0, 0.0, 5.0])) == pytest.approx(2.0 * 4.0)
-    assert Trainer.clip_threshold(history([1.0, 100.0, 3.0, 9.0, 5.0])) == pytest.approx(2.0 * 7.0)  # last 4
-    both = TrainConfig(mode="fuzzy", seed=0, lr=1.0, max_grad_norm=3.0, max_grad_norm_ratio=2.0, grad_norm_window=4)
-    assert Trainer.clip_threshold(SimpleNamespace(cfg=both, metrics=history([4.0] * 4).metrics)) == 3.0
+    cfg = TrainConfig.paper(mode="fuzzy", seed=0, lr=1.0, max_grad_norm_ratio=2.0, grad_norm_window=4)
+    history = lambda norms: [{"kind": "train", "grad_norm": x} for x in norms] + [{"kind": "validation", "step": 0}]  # noqa: E731
+    assert clip_threshold(cfg, history([5.0, 0.0, 0.0, 0.0])) == float("inf")  # one step with a gradient
+    assert clip_threshold(cfg, history([1.0, 0.0, 3.0, 9.0, 0.0, 5.0])) == pytest.approx(2.0 * 4.0)
+    assert clip_threshold(cfg, history([1.0, 100.0, 3.0, 9.0, 5.0])) == pytest.approx(2.0 * 7.0)  # last 4
+    both = TrainConfig.paper(mode="fuzzy", seed=0, lr=1.0, max_grad_norm=3.0, max_grad_norm_ratio=2.0,
+                             grad_norm_window=4)
+    assert clip_threshold(both, history([4.0] * 4)) == 3.0
 
 
 def test_group_clipping_bounds_the_embedding_and_the_rest_each_by_its_own_history(base, toy_rows, tmp_path,
@@ -202,11 +207,10 @@ def test_group_clipping_bounds_the_embedding_and_the_rest_each_by_its_own_histor
     median of that group's own previous norms; the whole gradient's norm is logged before clipping."""
     import statistics
 
-    from softtokens import training
-    from softtokens.rewards import Grade
+    from softtokens.reward.grader import Grade
 
     even = lambda completion, gold, timeout: Grade(True, len(completion) % 2 == 0)  # noqa: E731
-    cfg = TrainConfig(**{**CFG, "mode": "fuzzy", "lr": 1e-5, "prompts_per_step": 4, "steps": 8, "val_every": 100,
+    cfg = TrainConfig.paper(**{**CFG, "mode": "fuzzy", "lr": 1e-5, "prompts_per_step": 4, "steps": 8, "val_every": 100,
                          "max_grad_norm_ratio": 0.5, "grad_norm_window": 3, "grad_clip_groups": "embedding_rest"})
     rows = train_rows(run_in_process(base, toy_rows, tmp_path, cfg, grader=even).metrics)
     clipped_any = False

@@ -1,4 +1,5 @@
-"""The DAG itself: dry-run plan, lint, and the whole toy pipeline at the smallest scale."""
+"""The DAG itself: dry-run plans, lint, and the whole toy pipeline at the smallest scale (how each job
+is configured is Python, tested in tests/test_jobs.py)."""
 
 import copy
 import json
@@ -66,33 +67,6 @@ def test_one_evaluate_job_per_setting_unless_the_grid_says_otherwise(tmp_path):
     assert job_counts(apart)["evaluate"] == 1
 
 
-def test_evaluation_takes_the_cot_settings_of_its_grid_and_run(tmp_path):
-    """`soft_temperature` set for the grid reaches the base model's soft_greedy evaluation; set
-    for one training cell, it reaches that run's training, and its evaluations when the grid tests
-    runs with their own settings (`inference_settings: run`; Section 4's, the grid's, otherwise)."""
-    config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    config["grids"]["toy"]["rl"]["soft_temperature"] = 0.7
-    config["grids"]["toy"]["training"][0]["rl"] = {"soft_temperature": 0.9}
-    cfg = tmp_path / "tau.yaml"
-    cfg.write_text(yaml.safe_dump(config))
-    args = ["-n", "-p", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(cfg)]
-    base = snakemake("results/toy/eval/toy/base/toyarith/soft_greedy.json", *args)  # --configfile takes nargs
-    assert base.returncode == 0, base.stderr
-    assert '"soft_temperature": 0.7' in base.stdout and '"soft_temperature": 0.5' not in base.stdout
-    run = snakemake("results/toy/eval/toy/toyarith-soft-seed0/toyarith/soft_sample.json", *args)
-    assert run.returncode == 0, run.stderr
-    commands = [line for line in run.stdout.splitlines() if "python -m softtokens" in line]
-    evaluate = next(line for line in commands if " evaluate " in line)
-    train = next(line for line in commands if " train " in line)
-    assert '"soft_temperature": 0.7' in evaluate and '"soft_temperature": 0.9' in train
-    config["grids"]["toy"]["evaluation"]["inference_settings"] = "run"
-    cfg.write_text(yaml.safe_dump(config))
-    run = snakemake("results/toy/eval/toy/toyarith-soft-seed0/toyarith/soft_sample.json", *args)
-    assert run.returncode == 0, run.stderr
-    evaluate = next(line for line in run.stdout.splitlines() if "python -m softtokens evaluate " in line)
-    assert '"soft_temperature": 0.9' in evaluate
-
-
 PAPER_ENV = {"SOFTTOKENS_SLURM_ACCOUNT": "testacct", "SOFTTOKENS_SLURM_GPU_PARTITION": "testgpu"}
 
 
@@ -109,6 +83,7 @@ def test_paper_grid_plan_with_the_slurm_profile(profile):
     assert counts["evaluate_loglik"] == models * 3    # x HellaSwag, ARC, MMLU
     assert counts["prepare_data"] == 3 and counts["prepare_benchmark"] == 6
     assert "build_toy_base" not in counts
+    assert counts["total"] == 1111
 
 
 def test_ablations_grid_plans_24_variant_runs_and_reuses_the_main_cells():
@@ -121,6 +96,7 @@ def test_ablations_grid_plans_24_variant_runs_and_reuses_the_main_cells():
     assert counts["train"] == 24 and counts["select_checkpoint"] == 24
     assert counts["evaluate"] == 24 * 6 and "evaluate_loglik" not in counts
     assert counts["ablation_tables"] == 1 and "tables" not in counts and "build_toy_base" not in counts
+    assert counts["total"] == 196
     arms = re.findall(r"rule train:.*?wildcards: model=([\w.-]+), dataset=(\w+), arm=([\w@.+-]+), seed=(\d)", text,
                       flags=re.S)
     assert len(arms) == 24 and all("@" in a for _, _, a, _ in arms)          # no default (main-grid) run
@@ -132,66 +108,6 @@ def test_ablations_grid_plans_24_variant_runs_and_reuses_the_main_cells():
     train = next(b for b in blocks if "rule train:" in b and "arm=fuzzy@gamma3.0" in b)
     evaluate = next(b for b in blocks if "rule evaluate:" in b and "trained=gsm8k-fuzzy@gamma3.0-seed0" in b)
     assert '"noise_factor": 3.0' in train and '"noise_factor": 0.33' in evaluate
-
-
-def test_a_variant_reaches_its_training_and_its_evaluation(tmp_path):
-    """A variant's tau / placement / k reach its training job; its evaluation uses Section 4's
-    settings (tau 0.5 / 1e-4, gamma 0.33, embedding noise), as the paper evaluates its ablations,
-    unless the grid asks for the run's own (evaluation.inference_settings: run)."""
-    args = ["-n", "-p", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(ROOT / "config.yaml")]
-    target = "results/toy/eval/toy/toyarith-soft@logits-top5-seed1/toyarith/soft_greedy.json"
-    proc = snakemake(target, *args, "--config", "grid=toy-ablations")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    commands = [line for line in proc.stdout.splitlines() if "python -m softtokens" in line]
-    train = next(line for line in commands if " train " in line)
-    evaluate = next(line for line in commands if " evaluate " in line)
-    assert '"noise_placement": "logits"' in train and '"noise_top_k": 5' in train and '"soft_temperature": 1.0' in train
-    assert '"variant": "logits-top5"' in train and "soft@logits-top5/seed1/_resume" in train
-    assert '"soft_temperature": 0.5' in evaluate and '"noise_placement": "embedding"' in evaluate
-    assert '"noise_top_k": 0' in evaluate
-    config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    config["grids"]["toy-ablations"]["evaluation"]["inference_settings"] = "run"
-    cfg = tmp_path / "run_settings.yaml"
-    cfg.write_text(yaml.safe_dump(config))
-    proc = snakemake(target, "-n", "-p", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(cfg),
-                     "--config", "grid=toy-ablations")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    evaluate = next(line for line in proc.stdout.splitlines() if "python -m softtokens evaluate " in line)
-    assert '"noise_placement": "logits"' in evaluate and '"noise_top_k": 5' in evaluate
-    assert '"soft_temperature": 1.0' in evaluate
-    tau = snakemake("results/toy/eval/toy/toyarith-fuzzy@tau0.01-seed0/toyarith/fuzzy_greedy.json", *args,
-                    "--config", "grid=toy-ablations")
-    assert tau.returncode == 0, tau.stderr[-3000:]
-    lines = [line for line in tau.stdout.splitlines() if "python -m softtokens" in line]
-    assert sum('"fuzzy_temperature": 0.01' in line for line in lines) == 1  # its training; its test is at 1e-4
-    assert any(" evaluate " in line and '"fuzzy_temperature": 0.0001' in line for line in lines)
-
-
-def test_paper_jobs_resources_and_launcher():
-    proc = snakemake("--profile", "slurm", "-n", "results/paper/eval/llama-3b/math-soft-seed1/math500/soft_sample.json",
-                     "results/paper/eval/llama-8b/gsm8k-hard-seed0/gsm8k/hard_greedy.json",
-                     "results/paper/eval/qwen-3b/base/mmlu/loglik.json", env=PAPER_ENV)
-    text = proc.stdout + proc.stderr
-    assert proc.returncode == 0, text[-3000:]
-    trains = [block.split("rule ")[0] for block in text.split("rule train:")[1:]]
-    train = next(t for t in trains if "llama-3b" in t)
-    # GPUs per model from the memory plan (models.<m>.train_gpus); host memory follows the CPUs
-    assert "gpu=2" in train and "cpus_per_gpu=8" in train and "nodes=1" in train and "runtime=2880" in train
-    assert "mem_mb_per_cpu=8000" in train
-    assert "slurm_partition=testgpu" in train and "slurm_account=testacct" in train
-    assert "accelerate launch --multi_gpu --num_processes 2" in train and '"cot_max_tokens": 512' in train
-    assert '"param_dtype": "float32"' in train and '"compute_dtype": "bfloat16"' in train
-    train8 = next(t for t in trains if "llama-8b" in t)
-    assert "gpu=8" in train8 and "--num_processes 8" in train8
-    evaluate = text.split("rule evaluate:")[1].split("rule ")[0]
-    assert "gpu=1" in evaluate and "--cot_max_tokens" not in evaluate and '"n_samples": 32' in evaluate
-    # the six settings derive from the run's CoT keys (generation.cot_settings): the paper's here
-    assert '"soft_temperature": 0.5' in evaluate and '"fuzzy_temperature": 0.0001' in evaluate
-    assert '"noise_factor": 0.33' in evaluate and '"hard_temperature": 1.0' in evaluate
-    loglik = text.split("rule evaluate_loglik:")[1].split("rule ")[0]
-    assert "gpu=1" in loglik and "--model Qwen/Qwen2.5-3B-Instruct" in loglik
-    # the paper's out-of-domain protocol: a hard greedy CoT at the evaluation's budgets (softtokens.ood)
-    assert '"protocol": "generative"' in loglik and '"cot_max_tokens": 512' in loglik
 
 
 def test_dry_run_refuses_a_grid_whose_jobs_cannot_fit(tmp_path):
@@ -208,7 +124,7 @@ def test_dry_run_refuses_a_grid_whose_jobs_cannot_fit(tmp_path):
 
 
 def test_listing_what_one_cell_depends_on():
-    """README's recipe: a forced dry run of one cell lists its whole upstream chain."""
+    """The README's recipe: a forced dry run of one cell lists its whole upstream chain."""
     proc = snakemake("results/paper/eval/llama-8b/gsm8k-fuzzy-seed0/gsm8k/hard_greedy.json",
                      "--profile", "slurm", "-n", "--forceall", "--quiet", "rules")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
+from conftest import fault_env
 from test_workflow import BIN, ROOT, TINY, snakemake
 
 RUN = "results/toy/runs/toy/toyarith/hard/seed0"
@@ -74,7 +74,7 @@ def test_an_interrupted_retrain_leaves_nothing_resting_on_a_deleted_checkpoint(f
     d = _copy(finished, tmp_path)
     before = (d / RUN / "metrics.jsonl").read_bytes()
     proc = snakemake(*_args(d), "--cores", "1", "--forcerun", "train", f"{RUN}/metrics.jsonl",
-                     env={"SOFTTOKENS_CRASH_AT_STEP": "2"})
+                     env=fault_env("crash_at_step=2"))
     assert proc.returncode != 0 and "injected crash" in proc.stdout + proc.stderr
     assert (d / RUN / "metrics.jsonl").read_bytes() == before and (d / RUN / "checkpoints/best").is_dir()
     audit = subprocess.run([str(BIN / "softtokens"), "audit", "results/toy/tables/main.md"], cwd=d,
@@ -140,7 +140,7 @@ def test_outputs_are_group_readable(finished):
 
 
 def test_settle_removes_stale_backups_and_restores_lost_outputs(tmp_path):
-    from softtokens.backups import settle
+    from softtokens.run.backups import settle
 
     whole, lost = tmp_path / "out" / "whole.json", tmp_path / "out" / "lost"
     whole.parent.mkdir()

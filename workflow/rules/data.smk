@@ -9,17 +9,17 @@ localrules:
 rule prepare_data:
     """A training set: train + a seeded validation slice held out of it."""
     output:
-        train=f"{RESULTS}/data/{{dataset}}/train.jsonl",
-        validation=f"{RESULTS}/data/{{dataset}}/validation.jsonl",
+        train=paths.data_pattern(RESULTS, "train"),
+        validation=paths.data_pattern(RESULTS, "validation"),
     params:
-        settings=dataset_settings,
-        out_dir=f"{RESULTS}/data/{{dataset}}",
+        settings=lambda w: JOBS.dataset_settings(w.dataset),
+        out_dir=output_parent,
     conda:
-        "../../envs/softtokens.yaml"
+        CPU_ENV
     log:
-        f"{RESULTS}/logs/prepare_data/{{dataset}}.log",
+        log_of("prepare_data", "{dataset}"),
     benchmark:
-        f"{RESULTS}/benchmarks/prepare_data/{{dataset}}.tsv"
+        bench_of("prepare_data", "{dataset}")
     shell:
         "python -m softtokens prepare-data --dataset {wildcards.dataset} --splits train,validation --settings {params.settings:q} --out-dir {params.out_dir} > {log} 2>&1"
 
@@ -27,15 +27,15 @@ rule prepare_data:
 rule prepare_benchmark:
     """A benchmark's test split (math or multiple choice)."""
     output:
-        test=f"{RESULTS}/data/{{dataset}}/test.jsonl",
+        test=paths.data_pattern(RESULTS, "test"),
     params:
-        settings=dataset_settings,
-        out_dir=f"{RESULTS}/data/{{dataset}}",
+        settings=lambda w: JOBS.dataset_settings(w.dataset),
+        out_dir=output_parent,
     conda:
-        "../../envs/softtokens.yaml"
+        CPU_ENV
     log:
-        f"{RESULTS}/logs/prepare_benchmark/{{dataset}}.log",
+        log_of("prepare_benchmark", "{dataset}"),
     benchmark:
-        f"{RESULTS}/benchmarks/prepare_benchmark/{{dataset}}.tsv"
+        bench_of("prepare_benchmark", "{dataset}")
     shell:
         "python -m softtokens prepare-data --dataset {wildcards.dataset} --splits test --settings {params.settings:q} --out-dir {params.out_dir} > {log} 2>&1"

@@ -1,84 +1,82 @@
 rule tables:
     input:
-        evals=eval_targets(),
-        loglik=loglik_targets(),
+        evals=JOBS.eval_targets(),
+        loglik=JOBS.loglik_targets(),
     output:
-        main=f"{RESULTS}/tables/main.md",
-        main_tex=f"{RESULTS}/tables/main.tex",
-        main_csv=report(f"{RESULTS}/tables/main.csv", category="Table 1 (main)", caption="../report/table_main.rst"),
-        settings=[f for f in settings_table_targets() if not f.endswith(".csv")],
-        settings_csv=reported_settings_tables(),
-        ood=[f for f in ood_table_targets() if not f.endswith(".csv")],
-        ood_csv=([report(f"{RESULTS}/tables/ood.csv", category="Out-of-domain table", caption="../report/table_ood.rst")]
-                 if OOD else []),
-        cells=[f"{RESULTS}/tables/{n}.cells.json"
-               for n in ["main", *(f"settings_{b}" for b in EVAL["benchmarks"]), *(["ood"] if OOD else [])]],
+        md=JOBS.table_targets("md"),
+        tex=JOBS.table_targets("tex"),
+        csv=[reported([f], "Tables", f"table_{Path(f).stem.split('_')[0]}.rst", table=Path(f).stem)[0]
+             for f in JOBS.table_targets("csv")],
+        cells=JOBS.table_targets(paths.CELLS_EXT),
     params:
-        settings=report_settings,
+        settings=JOBS.report_settings(),
         out_dir=output_parent,
     resources:
-        **job_resources("cpu"),
+        **resources("cpu"),
     conda:
-        "../../envs/softtokens.yaml"
+        CPU_ENV
     log:
-        f"{RESULTS}/logs/report/tables.log",
+        log_of("tables"),
     benchmark:
-        f"{RESULTS}/benchmarks/tables.tsv"
+        bench_of("tables")
     shell:
         "python -m softtokens tables --settings {params.settings:q} --out-dir {params.out_dir} {input.evals} {input.loglik} > {log} 2>&1"
 
 
 rule figures:
     input:
-        metrics=metrics_targets(),
-        evals=eval_targets(),
+        metrics=JOBS.metrics_targets(),
+        evals=JOBS.eval_targets(),
     output:
-        figures=reported_figures(),
-        pdfs=figure_targets("pdf"),
+        figures=[reported_figure(f) for f in JOBS.figure_targets()],
+        pdfs=JOBS.figure_targets("pdf"),
     params:
-        settings=report_settings,
+        settings=JOBS.report_settings(),
         out_dir=output_parent,
     resources:
-        **job_resources("cpu"),
+        **resources("cpu"),
     conda:
-        "../../envs/softtokens.yaml"
+        CPU_ENV
     log:
-        f"{RESULTS}/logs/report/figures.log",
+        log_of("figures"),
     benchmark:
-        f"{RESULTS}/benchmarks/figures.tsv"
+        bench_of("figures")
     shell:
         "python -m softtokens figures --settings {params.settings:q} --out-dir {params.out_dir} --metrics {input.metrics} --evals {input.evals} > {log} 2>&1"
 
 
+REPORT = JOBS.report_files()
+
+
 rule reproduction_report:
     input:
-        evals=eval_targets(),
-        loglik=loglik_targets(),
-        variants=variant_evals_present,
+        evals=JOBS.eval_targets(),
+        loglik=JOBS.loglik_targets(),
+        variants=lambda w: JOBS.variant_evals_present(),
         # after every other job, so that the ledger holds their benchmark files
-        tables=f"{RESULTS}/tables/main.md",
-        figures=figure_targets(),
-        selected=selected_targets(),
+        tables=rules.tables.output.md,
+        figures=rules.figures.output.figures,
+        selected=JOBS.selected_targets(),
     output:
-        md=REPRODUCTION[0],
-        html=report(REPRODUCTION[1], category="Reproduction report", caption="../report/reproduction.rst"),
-        cells=REPRODUCTION[2],
-        ledger=report(REPRODUCTION[3], category="Cost ledger", caption="../report/ledger.rst"),
-        ledger_cells=REPRODUCTION[4],
-        ledger_tables=report(REPRODUCTION[5], category="Cost ledger", caption="../report/ledger_tables.rst"),
-        claims=REPRODUCTION[6],
+        md=REPORT["reproduction.md"],
+        html=report(REPORT["reproduction.html"], category="Reproduction report", caption="../report/reproduction.rst"),
+        cells=REPORT["cells.csv"],
+        ledger=report(REPORT["ledger.csv"], category="Cost ledger", caption="../report/ledger.rst"),
+        ledger_cells=REPORT["ledger_cells.csv"],
+        ledger_tables=report(REPORT["ledger_tables.csv"], category="Cost ledger", caption="../report/ledger_tables.rst"),
+        claims=REPORT["claims.json"],
     params:
-        settings=reproduction_settings,
+        settings=JOBS.reproduction_settings(),
         bench_dir=f"{RESULTS}/benchmarks",
         out_dir=output_parent,
     resources:
-        **job_resources("cpu"),
+        **resources("cpu"),
     conda:
-        "../../envs/softtokens.yaml"
+        CPU_ENV
     log:
-        f"{RESULTS}/logs/report/reproduction.log",
+        log_of("reproduction_report"),
     benchmark:
-        f"{RESULTS}/benchmarks/reproduction_report.tsv"
+        bench_of("reproduction_report")
     shell:
         "python -m softtokens report --settings {params.settings:q} --bench-dir {params.bench_dir} --out-dir {params.out_dir} {input.evals} {input.variants} {input.loglik} > {log} 2>&1"
 
@@ -87,24 +85,22 @@ rule ablation_tables:
     """The appendix ablations (noise factor, temperature, noise placement): one table and one
     greedy-validation figure each; default rows are the reused grid's runs when they exist."""
     input:
-        evals=ablation_evals,
-        metrics=ablation_metrics,
+        evals=lambda w: JOBS.ablation_evals(),
+        metrics=lambda w: JOBS.ablation_metrics(),
     output:
-        tables=[report(f, category="Ablation tables", caption="../report/table_ablation.rst")
-                if f.endswith(".csv") else f for f in ablation_targets() if "/tables/" in f],
-        figures=[report(f, category="Ablation figures", caption="../report/figure_ablation.rst")
-                 if f.endswith(".png") else f for f in ablation_targets() if "/figures/" in f],
+        tables=reported(JOBS.ablation_targets("tables"), "Ablation tables", "table_ablation.rst"),
+        figures=reported(JOBS.ablation_targets("figures"), "Ablation figures", "figure_ablation.rst"),
     params:
-        settings=ablation_settings,
+        settings=JOBS.ablation_settings() if JOBS.ablations else "",
         tables_dir=f"{RESULTS}/tables",
         figures_dir=f"{RESULTS}/figures",
     resources:
-        **job_resources("cpu"),
+        **resources("cpu"),
     conda:
-        "../../envs/softtokens.yaml"
+        CPU_ENV
     log:
-        f"{RESULTS}/logs/report/ablations.log",
+        log_of("ablation_tables"),
     benchmark:
-        f"{RESULTS}/benchmarks/ablation_tables.tsv"
+        bench_of("ablation_tables")
     shell:
         "python -m softtokens ablations --settings {params.settings:q} --tables-dir {params.tables_dir} --figures-dir {params.figures_dir} --metrics {input.metrics} --evals {input.evals} > {log} 2>&1"

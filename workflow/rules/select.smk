@@ -1,16 +1,16 @@
 rule select_checkpoint:
     input:
-        metrics=f"{RUN}/metrics.jsonl",
-        checkpoints=f"{RUN}/checkpoints",
+        metrics=rules.train.output.metrics,
+        checkpoints=rules.train.output.checkpoints,
     output:
-        selected=f"{RUN}/selected.json",
+        selected=f"{RUN}/{paths.SELECTED}",
     resources:
-        **job_resources("cpu"),
+        **resources("cpu"),
     conda:
-        "../../envs/softtokens.yaml"
+        CPU_ENV
     log:
-        f"{RESULTS}/logs/select/{{model}}/{{dataset}}/{{arm}}/seed{{seed}}.log",
+        log_of("select", RUN_JOB),
     benchmark:
-        f"{RESULTS}/benchmarks/select/{{model}}/{{dataset}}/{{arm}}/seed{{seed}}.tsv"
+        bench_of("select", RUN_JOB)
     shell:
         "python -m softtokens select --metrics {input.metrics} --checkpoints {input.checkpoints} --out {output.selected} > {log} 2>&1"

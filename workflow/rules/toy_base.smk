@@ -1,20 +1,20 @@
 rule build_toy_base:
     input:
-        train=f"{RESULTS}/data/{TOY_BASE_DATASET}/train.jsonl",
-        validation=f"{RESULTS}/data/{TOY_BASE_DATASET}/validation.jsonl",
+        train=paths.data_path(RESULTS, JOBS.toy_base_dataset, "train"),
+        validation=paths.data_path(RESULTS, JOBS.toy_base_dataset, "validation"),
     output:
-        model=directory(f"{RESULTS}/models/{{model}}"),
+        model=directory(paths.model_dir(RESULTS, "{model}")),
     params:
-        expect=toy_base_expect,
-        settings=toy_base_settings,
+        expect=JOBS.toy_base_expect() if JOBS.toy_base_dataset else "",
+        settings=JOBS.toy_base_settings() if "toy_base" in JOBS.grid else "",
     threads: 2
     resources:
-        **job_resources("cpu"),
+        **resources("cpu"),
     conda:
-        "../../envs/softtokens.yaml"
+        CPU_ENV
     log:
-        f"{RESULTS}/logs/build_toy_base/{{model}}.log",
+        log_of("build_toy_base", "{model}"),
     benchmark:
-        f"{RESULTS}/benchmarks/build_toy_base/{{model}}.tsv"
+        bench_of("build_toy_base", "{model}")
     shell:
         "python -m softtokens build-toy-base --settings {params.settings:q} {params.expect} --train {input.train} --validation {input.validation} --out {output.model} --threads {threads} > {log} 2>&1"

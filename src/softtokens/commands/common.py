@@ -1,0 +1,70 @@
+"""What every command parses the same way: the settings JSON, the provenance expectations, the
+model to evaluate (a base or a trained run's selected checkpoint)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def parse_settings(text: str) -> dict:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"--settings is not valid JSON: {e}") from None
+
+
+def require(settings: dict, *keys: str, command: str) -> None:
+    """Stop, naming them, when settings the command needs are missing (the workflow gives all)."""
+    missing = [k for k in keys if k not in settings]
+    if missing:
+        raise SystemExit(f"{command}: --settings lacks {', '.join(missing)} (softtokens.run.jobs gives every one)")
+
+
+def check_expected(expected) -> dict:
+    from softtokens.run.provenance import StaleInput
+    from softtokens.run.provenance import check_expected as check
+
+    try:
+        return check(expected or [])
+    except StaleInput as err:
+        raise SystemExit(f"stale input: {err}") from None
+
+
+def add_expect(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--expect", nargs="*", default=[], metavar="PATH=HASH",
+                   help="upstream outputs and the settings hash the current config gives them; a mismatch stops")
+
+
+def add_model_args(c: argparse.ArgumentParser) -> None:
+    """What to evaluate: a base model or a trained run's selected checkpoint; CPU threads."""
+    g = c.add_mutually_exclusive_group(required=True)
+    g.add_argument("--model", help="base model: hub id or local directory")
+    g.add_argument("--selected", help="selected.json of a trained run")
+    c.add_argument("--threads", type=int, default=1)
+
+
+def selection_record(a) -> dict:
+    """Which checkpoint of a trained run produced a result, and how it compared with its base on
+    validation (tables mark runs selected below their base); nothing for a base model."""
+    if not a.selected:
+        return {}
+    chosen = json.loads(Path(a.selected).read_text())
+    return {"selection": {k: chosen.get(k) for k in ("step", "val_greedy_accuracy", "base_val_greedy_accuracy",
+                                                      "improved_over_base")}}
+
+
+def model_to_evaluate(a) -> tuple[str, dict]:
+    """The model path and the provenance inputs of a --model / --selected pair of arguments; a
+    selected checkpoint is verified against what its training wrote before anything loads it."""
+    if a.selected:
+        from softtokens.train.selection import CheckpointError, verify_checkpoint
+
+        model_path = json.loads(Path(a.selected).read_text())["checkpoint"]
+        try:
+            verify_checkpoint(model_path)
+        except CheckpointError as err:
+            raise SystemExit(f"error: {err}") from None
+        return model_path, {"selected": a.selected, "checkpoint": model_path}
+    return a.model, ({"base_model": a.model} if Path(a.model).exists() else {})

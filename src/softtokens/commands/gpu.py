@@ -1,0 +1,36 @@
+"""gpu-check: the paper's GPU path in one command (docs/gpu.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def cmd_gpu_check(a) -> int:
+    from softtokens.data.sources import loader_kind
+    from softtokens.gpucheck.run import SECTIONS, run_gpu_check
+    from softtokens.run.config import load_config
+
+    sections = tuple(a.sections.split(",")) if a.sections else SECTIONS
+    modes = tuple(a.modes.split(","))
+    report = run_gpu_check(Path(a.out), load_config(a.config, loader_kind), smoke=a.smoke, sections=sections,
+                           modes=modes, steps=a.steps, repeats=a.repeats, work_dir=a.work_dir, eval_cot=a.eval_cot,
+                           device=a.device)
+    print(report.summary())
+    print(f"wrote {Path(a.out) / 'gpu_check.json'} and gpu_check.md")
+    return 0 if report.passed else 1
+
+
+def register(sub) -> None:
+    c = sub.add_parser("gpu-check", help="the paper's GPU path in one command (engine, evaluation, training): "
+                                         "DIR/gpu_check.json and .md (docs/gpu.md)")
+    c.add_argument("--out", required=True, help="directory for gpu_check.json and gpu_check.md")
+    c.add_argument("--smoke", action="store_true", help="a tiny model at cut sizes: the same code in seconds (CI)")
+    c.add_argument("--config", default="config.yaml", help="the paper grid's settings are read from here")
+    c.add_argument("--sections", default=None, help="comma-separated subset of engine,evaluation,training")
+    c.add_argument("--modes", default="soft", help="training modes to step, comma-separated (hard,soft,fuzzy)")
+    c.add_argument("--steps", type=int, default=None, help="RLOO steps per mode (default 2)")
+    c.add_argument("--repeats", type=int, default=None, help="timed rollouts per setting (median; default 2)")
+    c.add_argument("--eval-cot", type=int, default=None, help="evaluation CoT budget (default: the paper grid's)")
+    c.add_argument("--work-dir", type=Path, default=None, help="where the random base and checkpoints go (temp)")
+    c.add_argument("--device", default=None, help="default: cuda if present, else cpu")
+    c.set_defaults(func=cmd_gpu_check)

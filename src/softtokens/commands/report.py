@@ -1,0 +1,92 @@
+"""tables, figures, ablations and report (the reproduction report) from result files; audit (the
+provenance chain of a result file or a table cell)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from softtokens.commands.common import parse_settings
+
+
+def cmd_tables(a) -> None:
+    from softtokens.report.tables import write_tables
+
+    write_tables([Path(p) for p in a.inputs], Path(a.out_dir), parse_settings(a.settings))
+
+
+def cmd_figures(a) -> None:
+    from softtokens.report.figures import write_figures
+
+    write_figures([Path(p) for p in a.metrics], [Path(p) for p in a.evals], Path(a.out_dir),
+                  parse_settings(a.settings))
+
+
+def cmd_ablations(a) -> None:
+    from softtokens.report.ablations import write_ablations
+
+    write_ablations([Path(p) for p in a.evals], [Path(p) for p in a.metrics], Path(a.tables_dir),
+                    Path(a.figures_dir), parse_settings(a.settings))
+
+
+def cmd_report(a) -> None:
+    from softtokens.report.page import write_report
+
+    data = write_report([Path(p) for p in a.inputs], Path(a.bench_dir), Path(a.out_dir), parse_settings(a.settings))
+    for c in data["claims_ours"]:
+        print(f"{c.summary():<26} {c.statement}")
+
+
+def cmd_audit(a) -> int:
+    from softtokens.run.provenance import audit
+
+    if (a.row is None) != (a.column is None):
+        raise SystemExit("--row and --column go together (one table cell)")
+    if a.row is not None:
+        from softtokens.report.audit import audit_cell
+
+        try:
+            lines, problems = audit_cell(a.path, a.row, a.column)
+        except KeyError as e:
+            raise SystemExit(e.args[0]) from None
+        print("\n".join(lines))
+        return 1 if problems else 0
+    lines, problems = audit(a.path)
+    print("\n".join(lines))
+    print(f"\n{problems} problem(s)" if problems else "\nchain complete: every input present and unchanged")
+    return 1 if problems else 0
+
+
+def register(sub) -> None:
+    c = sub.add_parser("tables", help="tables of mean ± std over seeds (md, tex, csv)")
+    c.add_argument("--settings", required=True)
+    c.add_argument("--out-dir", required=True)
+    c.add_argument("inputs", nargs="+")
+    c.set_defaults(func=cmd_tables)
+
+    c = sub.add_parser("figures", help="training curves and entropy profiles (png)")
+    c.add_argument("--settings", required=True)
+    c.add_argument("--out-dir", required=True)
+    c.add_argument("--metrics", nargs="+", required=True)
+    c.add_argument("--evals", nargs="+", required=True)
+    c.set_defaults(func=cmd_figures)
+
+    c = sub.add_parser("ablations", help="the appendix ablation tables and greedy-validation figures")
+    c.add_argument("--settings", required=True)
+    c.add_argument("--tables-dir", required=True)
+    c.add_argument("--figures-dir", required=True)
+    c.add_argument("--metrics", nargs="*", default=[])
+    c.add_argument("--evals", nargs="*", default=[])
+    c.set_defaults(func=cmd_ablations)
+
+    c = sub.add_parser("report", help="reproduction report: ours beside the paper, claims, cost ledger")
+    c.add_argument("--settings", required=True, help="JSON: grid, gpus per rule, optional paper_results")
+    c.add_argument("--bench-dir", required=True, help="the grid's Snakemake benchmark files")
+    c.add_argument("--out-dir", required=True)
+    c.add_argument("inputs", nargs="+", help="evaluation files (math settings and loglik.json)")
+    c.set_defaults(func=cmd_report)
+
+    c = sub.add_parser("audit", help="print the provenance chain of a result file, or of one table cell")
+    c.add_argument("path", help="a result file, or a table (results/<grid>/tables/main.md) with --row/--column")
+    c.add_argument("--row", help='table row: model and training as printed, e.g. "toy toyarith hard", "toy no finetune"')
+    c.add_argument("--column", help='table column as printed, e.g. "toyarith Greedy pass@1"')
+    c.set_defaults(func=cmd_audit)

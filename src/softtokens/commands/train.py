@@ -1,0 +1,167 @@
+"""train (RLOO on one run, on one process or one per GPU), select (the checkpoint to test), plan
+(every job's GPU memory) and config (what a grid resolves to)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+from softtokens.commands.common import add_expect, check_expected, parse_settings
+
+# set by torchrun / accelerate in each process they start: the job is already distributed
+LAUNCHED = ("LOCAL_RANK", "RANK")
+
+
+def launch_command(processes: int, argv: list[str], port: int) -> list[str]:
+    """The command that runs ``softtokens <argv>`` once per GPU under accelerate (FSDP, one node)."""
+    return ["accelerate", "launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
+            "--main_process_port", str(port), "--mixed_precision", "no", "--dynamo_backend", "no",
+            "-m", "softtokens", *argv]
+
+
+def free_port() -> int:
+    """A free rendezvous port on this node: two multi-GPU jobs on one node would otherwise both
+    take accelerate's default 29500."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def without_processes(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--processes":
+            skip = True
+        elif not arg.startswith("--processes="):
+            out.append(arg)
+    return out
+
+
+def cmd_train(a) -> None:
+    if a.processes > 1 and not any(k in os.environ for k in LAUNCHED):
+        argv = without_processes(a.argv)
+        cmd = launch_command(a.processes, argv, free_port())
+        print("launching: " + " ".join(cmd), flush=True)
+        os.execvp(cmd[0], cmd)
+    from softtokens.data.rows import read_jsonl
+    from softtokens.run.provenance import Provenance
+    from softtokens.train.config import TrainConfig
+    from softtokens.train.loop import Trainer
+
+    s = parse_settings(a.settings)
+    expected = check_expected(a.expect)
+    cfg = TrainConfig.from_settings(s)
+    base_is_path = Path(a.base).exists()
+    prov = Provenance("train", s, inputs={"train": a.train, "validation": a.validation,
+                                          **({"base_model": a.base} if base_is_path else {})},
+                      seeds={"seed": cfg.seed}, params=s)
+    prov.expected = expected
+    trainer = Trainer(cfg, a.base, read_jsonl(a.train), read_jsonl(a.validation), Path(a.state_dir), a.threads)
+    if not base_is_path:  # a hub id: record the commit whose weights were loaded
+        prov.add_external("base_model", f"{a.base}@{trainer.base_revision or 'unknown revision'}")
+    trainer.run()
+    attempts = trainer.attempts()
+    trainer.finish(Path(a.checkpoints), Path(a.metrics))
+    if not trainer.dp.is_main:
+        return  # the main process writes the outputs and their provenance
+    extra = {"attempts": attempts, "embedding_scale": trainer.embedding_scale, "sigma": trainer.sigma,
+             "noise": trainer.noise, "best_val": trainer.best_val, "base_val": trainer.base_val}
+    prov.write_sidecar(a.metrics, extra=extra)
+    for name in ("best", "latest"):
+        prov.write_sidecar(Path(a.checkpoints) / name, extra=extra)
+    prov.write_sidecar(a.checkpoints, extra=extra)
+
+
+def cmd_select(a) -> None:
+    from softtokens.run.files import write_json
+    from softtokens.run.provenance import Provenance
+    from softtokens.train.selection import check_checkpoint, select_best
+
+    metrics = [json.loads(x) for x in Path(a.metrics).read_text().splitlines() if x.strip()]
+    best_ckpt = Path(a.checkpoints) / "best"
+    prov = Provenance("select_checkpoint", {"rule": "max greedy validation accuracy over trained steps (>= 1), "
+                                                    "earliest step on ties; step 0 (the base) is the reference"},
+                      inputs={"metrics": a.metrics, "checkpoints": a.checkpoints})
+    chosen = select_best(metrics)
+    check_checkpoint(best_ckpt, chosen["step"])
+    write_json(a.out, {**chosen, "checkpoint": best_ckpt.as_posix(), "provenance": prov.record()})
+    print(json.dumps(chosen))
+
+
+def _config(a) -> tuple[dict, str]:
+    from softtokens.data.sources import loader_kind
+    from softtokens.run.config import ConfigError, load_config
+
+    try:
+        config = load_config(a.config, loader_kind)
+    except ConfigError as err:
+        raise SystemExit(str(err)) from None
+    grid = a.grid or config["grid"]
+    if grid not in config["grids"]:
+        raise SystemExit(f"no grid {grid!r} in {a.config} (grids: {', '.join(config['grids'])})")
+    return config, grid
+
+
+def cmd_plan(a) -> None:
+    from softtokens.train.plan import (
+        USABLE_SHARE,
+        PlanError,
+        check_plan,
+        grid_plan,
+        plan_table,
+    )
+
+    config, grid = _config(a)
+    gpu_gb = config["grids"][grid].get("memory_plan", {}).get("gpu_memory_gb")
+    print(f"grid {grid}: GB (1e9 bytes) per GPU; "
+          + (f"fits = peak <= {USABLE_SHARE:.0%} of {gpu_gb} GB" if gpu_gb else "no GPU memory declared (not checked)"))
+    print(plan_table(grid_plan(config, grid), gpu_gb))
+    try:
+        check_plan(config, grid)
+    except PlanError as e:
+        raise SystemExit(str(e)) from None
+
+
+def cmd_config(a) -> None:
+    """Each training cell's resolved RL settings, and what differs from the paper's."""
+    import yaml
+
+    from softtokens.run.config import PAPER_RL, cell_rl
+
+    config, grid = _config(a)
+    cells = {}
+    for c in config["grids"][grid]["training"]:
+        name = "/".join(filter(None, (c["model"], c["dataset"], c.get("variant"))))
+        rl = cell_rl(config, grid, c["model"], c["dataset"], c.get("variant", ""))
+        cells[name] = rl if a.full else {k: v for k, v in rl.items() if v != PAPER_RL[k]}
+    print(f"# grid {grid}: RL settings per training cell" + ("" if a.full else ", where they differ from the paper's"))
+    print(yaml.safe_dump(cells, sort_keys=False).rstrip())
+
+
+def register(sub) -> None:
+    c = sub.add_parser("train", help="RLOO on one (model, dataset, mode, seed)")
+    add_expect(c)
+    for arg in ("--settings", "--base", "--train", "--validation", "--state-dir", "--checkpoints", "--metrics"):
+        c.add_argument(arg, required=True)
+    c.add_argument("--threads", type=int, default=1)
+    c.add_argument("--processes", type=int, default=1,
+                   help="FSDP processes, one per GPU: above 1 the command starts itself under `accelerate launch`")
+    c.set_defaults(func=cmd_train)
+
+    c = sub.add_parser("select", help="pick the best checkpoint by greedy validation")
+    for arg in ("--metrics", "--checkpoints", "--out"):
+        c.add_argument(arg, required=True)
+    c.set_defaults(func=cmd_select)
+
+    for name, func, text in (("plan", cmd_plan, "per-GPU memory of every training and evaluation job of a grid"),
+                             ("config", cmd_config, "each training cell's RL settings, as a grid resolves them")):
+        c = sub.add_parser(name, help=text)
+        c.add_argument("--config", default="config.yaml")
+        c.add_argument("--grid", default=None, help="default: the config's `grid`")
+        if name == "config":
+            c.add_argument("--full", action="store_true", help="every setting, not only those off the paper's")
+        c.set_defaults(func=func)

@@ -1,0 +1,234 @@
+"""One decoding call's device state: ``slots`` rows, each at its own step, advanced together by
+one forward per step. Every tensor is allocated once and updated in place, so that on CUDA the
+step can be captured in a graph and replayed on fixed addresses (docs/engine.md)."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from softtokens.engine.base import CotEngineBase
+from softtokens.engine.decode_forward import DecodeForward
+from softtokens.engine.kvcache import SlotKVCache, prefill_mask
+from softtokens.engine.rollout import DONE, Rollout, RowResult
+from softtokens.engine.row_states import RowStates
+from softtokens.engine.sampling import entropy_from_logits
+from softtokens.engine.settings import (
+    CONTINUOUS_MODES,
+    EMBEDDING,
+    CotSetting,
+    Placement,
+)
+from softtokens.engine.step_inputs import StepInputs
+from softtokens.engine.step_record import StepRecord
+from softtokens.model.head import Float32Head, decoder_hidden
+
+
+class DecodeRun:
+    """Admit prompts into free slots, step every slot, harvest finished rows. ``engine`` is a
+    CotEngine (cot.py): its tokenizer facts and how it runs a step (attention, fixed shapes,
+    CUDA graphs)."""
+
+    def __init__(self, engine: CotEngineBase, setting: CotSetting, sigma: float, cot_max: int, answer_max: int,
+                 answer_temperature: float, slots: int, max_prompt: int, record_inputs: bool,
+                 placement: Placement = EMBEDDING, shared: list[int] = ()):
+        model = engine.model
+        self.engine, self.model, self.setting, self.sigma = engine, model, setting, sigma
+        self.cot_max, self.answer_max = cot_max, answer_max
+        dev = self.dev = model.device
+        emb = model.get_input_embeddings()
+        self.compute_dtype = emb.weight.dtype
+        self.dim = dim = emb.weight.shape[1]
+        vocab = engine.vocab_rows
+        # logits, the mixture p @ E and the Gaussian noise are float32 (docs/engine.md, "Precision"):
+        # on CUDA one bf16 GEMM with a float32 result, elsewhere float32 copies of W and E per call
+        self.continuous = setting.mode in CONTINUOUS_MODES
+        self.head = Float32Head(model, vocab, with_input=self.continuous)
+        self.inputs = StepInputs(setting, sigma, answer_temperature, placement, self.head, dim)
+        self.placement = self.inputs.placement
+        self.max_steps = S = cot_max + engine.max_prefill + answer_max
+        self.cache = self._cache(slots, max_prompt + S + 1, shared)
+        # one position of the decoder as plain tensor operations where the architecture allows
+        self.forward = DecodeForward(model, self.cache.max_len, engine.attention) if engine.fast_forward else None
+        self.n = slots
+        self.rows = torch.arange(slots, device=dev)
+        self.state = RowStates(engine, slots, cot_max, answer_max, vocab, dev)
+        self.record = StepRecord(slots, S, dim, engine.pad_id, self.head.dtype, record_inputs and self.continuous,
+                                 self.placement.top_k, dev)
+        self.logits = torch.zeros(slots, vocab, dtype=self.head.dtype, device=dev)
+        self.u_cot = torch.zeros(slots, cot_max, device=dev)
+        self.u_ans = torch.zeros(slots, answer_max, device=dev)
+        self.eps = torch.zeros(slots, cot_max, dim, device=dev) if self.inputs.noisy_embedding else None
+        self.row_keys = torch.zeros(slots, dtype=torch.long, device=dev)  # each row's seed: its counter-noise key
+        # the final hidden state that produced the current logits (hidden placement)
+        self.hidden = (torch.zeros(slots, dim, dtype=self.head.dtype, device=dev)
+                       if self.inputs.needs_hidden else None)
+        self._live_host = torch.zeros(slots, dtype=torch.bool)
+        self._length_bound = [0] * slots  # host-side upper bound of each slot's cache length
+        self._graph = None
+        self.fixed_shapes = engine.fixed_shapes
+        engine.graph_status = "not on CUDA" if dev.type != "cuda" else "CUDA graphs off"
+        if self.fixed_shapes:
+            self.cache.window = self.cache.max_len
+            if dev.type == "cuda" and engine.cuda_graphs:
+                self._graph = self._capture()
+
+    def _cache(self, slots: int, columns: int, shared: list[int]) -> SlotKVCache:
+        """The per-slot KV cache, with the prefix every prompt starts with prefilled once (kvcache.py)."""
+        if self.engine.attention == "sdpa":  # the fused kernel wants its mask rows aligned to 16 bytes
+            columns = -(-columns // 16) * 16
+        cache = SlotKVCache(slots, columns, self.dev)
+        if shared:
+            ids = torch.tensor([list(shared)], dtype=torch.long, device=self.dev)
+            cache.begin_shared()
+            decoder_hidden(self.model, input_ids=ids, attention_mask=prefill_mask(torch.ones_like(ids), self.compute_dtype),
+                           position_ids=torch.arange(len(shared), device=self.dev).unsqueeze(0), past_key_values=cache,
+                           use_cache=True)
+            cache.end_shared()
+        return cache
+
+    # ---------------------------------------------------------------- admission
+    def admit(self, slots: list[int], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, seeds: list[int]) -> None:
+        """Prefill new prompts (left-padded batch) into free slots and reset their state."""
+        dev = self.dev
+        if prompt_ids.shape[1] + self.max_steps >= self.cache.max_len:
+            raise ValueError(f"prompt batch of width {prompt_ids.shape[1]} does not fit a cache sized for "
+                             f"{self.cache.max_len - self.max_steps - 1} prompt tokens")
+        idx = torch.tensor(slots, dtype=torch.long, device=dev)
+        real = prompt_mask.sum(1)
+        # a prompt repeated in the batch (G samples of a prompt in training, n samples of a problem
+        # in evaluation) is run once: its first slot is prefilled, the others copy its cache columns
+        first, inverse = first_occurrences(prompt_ids.tolist())
+        src = torch.tensor(first, dtype=torch.long, device=dev)
+        u_ids, u_mask = prompt_ids[src], prompt_mask[src]
+        P = self.cache.shared
+        if P:
+            # what follows the shared prefix, left-padded to width - P: row i's prompt is its last
+            # real - P tokens (the prefix's own tokens, held once in the cache, are masked out)
+            u_mask = u_mask[:, : u_mask.shape[1] - P]
+            u_ids = torch.where(u_mask.bool(), u_ids[:, P:], self.engine.pad_id)
+        self.cache.begin_prefill(idx[src], prompt_ids.shape[1] - real[src])
+        pos = P + (u_mask.long().cumsum(-1) - 1).clamp(min=0)
+        hidden = decoder_hidden(self.model, input_ids=u_ids,
+                                attention_mask=prefill_mask(u_mask, self.compute_dtype, shared=P),
+                                position_ids=pos, past_key_values=self.cache, use_cache=True)[:, -1]
+        self.cache.end_prefill(real[src])
+        if len(first) < len(slots):
+            inv = torch.tensor(inverse, dtype=torch.long, device=dev)
+            self.cache.copy_slots(idx, idx[src][inv], prompt_ids.shape[1])
+            hidden = hidden[inv]
+        # the head over every slot's row, not once per distinct prompt: on the CPU a GEMM of one or
+        # two rows rounds differently from a wider one (MKL's small-matrix path; up to 3e-6 in the
+        # entropies), and the toy's evaluations are pinned to the head over the admitted batch
+        self.logits[idx] = self.head.logits(hidden)
+        if self.hidden is not None:
+            self.hidden[idx] = hidden.to(self.hidden.dtype)
+        u_cot, u_ans, eps = self.engine.row_randomness(seeds, self.cot_max, self.answer_max, self.dim,
+                                                       self.inputs.noisy_embedding)
+        self.u_cot[idx], self.u_ans[idx] = u_cot, u_ans
+        self.row_keys[idx] = torch.tensor([int(s) for s in seeds], dtype=torch.long, device=dev)
+        if self.eps is not None:
+            self.eps[idx] = eps
+        self.state.start(idx)
+        self.record.clear(idx)
+        for s, r in zip(slots, real.tolist()):
+            self._length_bound[s] = r
+        self._live_host[slots] = True
+
+    # ---------------------------------------------------------------- decoding
+    def live_slots(self) -> set[int]:
+        return set(torch.nonzero(self._live_host).flatten().tolist())
+
+    def steps(self, count: int) -> None:
+        """``count`` decode steps, then one host look at which rows are still running."""
+        for _ in range(count):
+            if self._graph is not None:
+                self._graph.replay()
+            elif self.fixed_shapes:
+                self._step()
+            else:
+                self.cache.window = min(self.cache.max_len, max(self._length_bound) + 1)
+                self._step()
+                self._length_bound = [min(b + 1, self.cache.max_len - 1) for b in self._length_bound]
+        self._live_host = (self.state.phase != DONE).cpu()
+
+    def _capture(self):
+        """One decode step captured in a CUDA graph, before any row is admitted: the warm-up and
+        capture steps then only touch what admission overwrites (logits, the cache column at
+        length 0, the discard column). A step that cannot be captured runs eagerly, with a warning."""
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._step()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._step()
+            self.engine.graph_status = "captured"
+            return graph
+        except Exception as err:  # a model whose forward syncs with the host cannot be captured
+            self.engine.graph_status = f"not captured ({type(err).__name__}: {err}); ran eagerly"
+            warnings.warn(f"decode step not captured in a CUDA graph ({type(err).__name__}: {err}); running eagerly")
+            return None
+
+    def _step(self) -> None:
+        """One decode step for every slot, the paper's loop: choose what each row is fed from its
+        current logits, record it, advance each row's state machine, run the model one position.
+        Device work only."""
+        state, rows = self.state, self.rows
+        live, is_cot, is_pre, is_ans = state.masks()
+        cot_idx, argmax = state.cot_index(), self.logits.argmax(-1)
+        tok, mix, topk_ids = self.inputs.choose(
+            self.logits, argmax, is_cot, is_ans, state.queued_token(is_pre), self.u_cot[rows, cot_idx],
+            self.u_ans[rows, state.answer_index()], None if self.eps is None else self.eps[rows, cot_idx],
+            self.row_keys, cot_idx, self.hidden)
+        self.record.write(rows, live, state.step_count, is_cot, state.phase, tok, argmax,
+                          entropy_from_logits(self.logits), mix, topk_ids)
+        state.advance(tok)
+        x = self.model.get_input_embeddings()(tok)
+        if mix is not None:
+            x = torch.where(is_cot.unsqueeze(-1), mix.to(x.dtype), x)
+        self._forward(x, live)
+
+    def _forward(self, x: torch.Tensor, live: torch.Tensor) -> None:
+        """The model one position on: the next logits (and hidden state), one cache column per live row."""
+        cache = self.cache
+        if self.forward is not None:
+            hidden = self.forward(x, cache.lengths, cache)
+        else:
+            hidden = decoder_hidden(self.model, inputs_embeds=x.unsqueeze(1), attention_mask=cache.decode_mask(x.dtype),
+                                    position_ids=cache.lengths.unsqueeze(1), past_key_values=cache, use_cache=True)[:, -1]
+        self.logits.copy_(self.head.logits(hidden))
+        if self.hidden is not None:
+            self.hidden.copy_(hidden.to(self.hidden.dtype))
+        cache.lengths += live
+
+    # ---------------------------------------------------------------- results
+    def harvest(self, slots: list[int]) -> list[RowResult]:
+        if not slots:
+            return []
+        idx = torch.tensor(slots, dtype=torch.long, device=self.dev)
+        return self.record.rows(self.engine.tokenizer, idx, self.state.step_count[idx].tolist(),
+                                self.state.cot_pos[idx].tolist(), self.state.stopped[idx].tolist())
+
+    def rollout(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> Rollout:
+        return self.record.rollout(self.engine.tokenizer, int(self.state.step_count.max()), setting=self.setting,
+                                   sigma=self.sigma, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
+                                   cot_len=self.state.cot_pos.cpu(), stopped=self.state.stopped.cpu(),
+                                   placement=self.placement, row_keys=self.row_keys.clone())
+
+
+def first_occurrences(rows: list[list[int]]) -> tuple[list[int], list[int]]:
+    """(index of each distinct row's first occurrence, in order; each row's position in that list)."""
+    seen: dict[tuple[int, ...], int] = {}
+    first, inverse = [], []
+    for i, row in enumerate(rows):
+        key = tuple(row)
+        if key not in seen:
+            seen[key] = len(first)
+            first.append(i)
+        inverse.append(seen[key])
+    return first, inverse

@@ -1,0 +1,124 @@
+"""Load a causal LM and its tokenizer (hub id or local directory, the same code path), the
+embedding scale that sets the soft-token noise, and the toy Llama built from scratch."""
+
+from __future__ import annotations
+
+import torch
+
+
+def check_plain_output_head(model) -> None:
+    """The engine and the replay compute logits themselves (``output_logits``), so a model whose
+    head does more than ``hidden @ W.T`` (soft-capping, a logit scale) would be silently mis-read."""
+    cfg = model.config
+    for key in ("final_logit_softcapping", "logit_scale", "output_multiplier_scale"):
+        if getattr(cfg, key, None) not in (None, 1, 1.0):
+            raise ValueError(f"{type(model).__name__}: config.{key}={getattr(cfg, key)!r}; the output head must be "
+                             "a plain projection (hidden @ W.T), as in Llama and Qwen2")
+
+
+def decoder_hidden(model, **inputs) -> torch.Tensor:
+    """Last hidden states of the decoder stack (after its final norm), without the vocabulary
+    projection, which ``output_logits`` does in float32."""
+    return model.get_decoder()(**inputs).last_hidden_state
+
+
+def float32_weights(model, vocab_rows: int | None = None, with_input: bool = False):
+    """The output projection W[:vocab_rows] and, for the soft mixture, E[:vocab_rows], widened to
+    at least float32 once per call site; a tied model gets one copy for both (a float32 copy of a
+    128k x 3k matrix is 1.5 GB, and under autograd its gradient is another). float64 stays float64
+    (gradient checks). Rows past ``vocab_rows`` (Qwen pads E) are never used."""
+    W = model.get_output_embeddings().weight
+    rows = vocab_rows or W.shape[0]
+    wide = torch.promote_types(W.dtype, torch.float32)
+    W32 = W[:rows].to(wide)
+    if not with_input:
+        return W32, None
+    E = model.get_input_embeddings().weight
+    return W32, (W32 if E.data_ptr() == W.data_ptr() else E[:rows].to(wide))
+
+
+def output_logits(model, hidden: torch.Tensor, vocab_rows: int | None = None,
+                  weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Logits in float32 from (bf16) hidden states: ``hidden.float() @ W[:vocab_rows].float().T``
+    (``weight``: that widened W, from float32_weights, when the caller already has it).
+
+    Every product of two bf16 numbers is exact in float32 and the sum is accumulated and kept in
+    float32, so the logits are not rounded to bf16's 8 significant bits. That matters for fuzzy
+    tokens (tau = 1e-4): bf16 logits of magnitude 16-32 are spaced 0.125 apart, so two candidate
+    tokens either tie exactly (a 50/50 mixture whose replay may not tie) or differ by >= 1250 tau
+    (a one-hot); see docs/engine.md, "Precision and sharding"."""
+    if weight is None:
+        weight = float32_weights(model, vocab_rows)[0]
+    return hidden.to(weight.dtype) @ weight.T
+
+
+_FUSED_OK: dict[str, bool] = {}
+
+
+def fused_wide_matmul(device: torch.device) -> bool:
+    """Whether this device multiplies bf16 / fp16 matrices into a float32 result in one GEMM
+    (``torch.mm(..., out_dtype=torch.float32)``: CUDA in recent torch; CPUs have no kernel). Probed
+    once per device type; a torch without it answers False and callers keep float32 copies."""
+    key = str(torch.device(device).type)
+    if key not in _FUSED_OK:
+        ok = False
+        if key == "cuda":
+            try:
+                a = torch.ones(2, 8, dtype=torch.bfloat16, device=device)
+                ok = bool(torch.mm(a, a.T, out_dtype=torch.float32).dtype == torch.float32)
+            except (RuntimeError, TypeError, NotImplementedError):
+                ok = False
+        _FUSED_OK[key] = ok
+    return _FUSED_OK[key]
+
+
+def _mm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(n, k) @ (k, m) -> float32, b in bf16 / fp16, one fused GEMM (fused_wide_matmul). An ``a``
+    wider than ``b`` (float32 probabilities, a noised float32 hidden state) is split into its
+    rounding to b's dtype plus the remainder, both multiplied in the one GEMM: the result carries
+    ~16 bits of a's mantissa instead of 8 (relative error ~2^-17 per term), and each product is
+    exact and summed in float32."""
+    if a.dtype == b.dtype:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    hi = a.to(b.dtype)
+    lo = (a - hi.to(a.dtype)).to(b.dtype)
+    both = torch.mm(torch.cat((hi, lo)), b, out_dtype=torch.float32)  # (2n, m)
+    return both[: a.shape[0]] + both[a.shape[0]:]
+
+
+class Float32Head:
+    """The output projection and the soft mixture with float32 results, for decoding (no autograd).
+
+    ``logits(hidden)`` = hidden @ W[:rows].T and ``mixture(p)`` = p @ E[:rows], both float32.
+    Where the device has a fused bf16 -> float32 GEMM (CUDA), they read the bf16 W and E as they
+    are: no float32 copy of a 128k x 3k matrix (1.5 GB, read at every decode step at twice the
+    bytes). Elsewhere (CPU, float32 models) W and E are widened once, as ``float32_weights`` does;
+    the CPU's numbers are unchanged by this class."""
+
+    def __init__(self, model, vocab_rows: int | None = None, with_input: bool = False):
+        W = model.get_output_embeddings().weight
+        rows = vocab_rows or W.shape[0]
+        self.fused = W.dtype in (torch.bfloat16, torch.float16) and fused_wide_matmul(W.device)
+        if self.fused:
+            E = model.get_input_embeddings().weight if with_input else None
+            self.W, self.E = W[:rows], (None if E is None else E[:rows])
+        else:
+            self.W, self.E = float32_weights(model, vocab_rows, with_input)
+        self.dtype = torch.float32 if self.fused else self.W.dtype  # of the results
+
+    @property
+    def path(self) -> str:
+        return "fused bf16 GEMM, float32 output" if self.fused else f"{self.W.dtype} copies of W and E"
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., d) -> (..., V) float32 logits."""
+        if self.fused:
+            flat = hidden.reshape(-1, hidden.shape[-1])
+            return _mm_float32(flat, self.W.T).view(*hidden.shape[:-1], -1)
+        return hidden.to(self.W.dtype) @ self.W.T
+
+    def mixture(self, probs: torch.Tensor) -> torch.Tensor:
+        """(N, V) float32 weights -> (N, d) float32 p @ E."""
+        if self.fused:
+            return _mm_float32(probs, self.E)
+        return probs.to(self.E.dtype) @ self.E

@@ -1,0 +1,55 @@
+"""Load a causal LM and its tokenizer (hub id or local directory, the same code path), the
+embedding scale that sets the soft-token noise, and the toy Llama built from scratch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+def load_tokenizer(name_or_path: str):
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(name_or_path)
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"cannot load the tokenizer of {str(name_or_path)!r}: {err}. A hub id needs the network "
+                             "or a filled HF cache; set the model's `source:` to a local directory otherwise.") from None
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(name_or_path: str | Path, dtype: str = "float32", device: str | torch.device = "cpu"):
+    """A causal LM from a hub id (e.g. meta-llama/Llama-3.2-3B-Instruct) or a local directory
+    written by save_pretrained; the toy base and every checkpoint load through here."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=DTYPES[dtype])
+    except OSError as err:  # a missing or unreadable directory, an id the hub cannot serve (offline)
+        raise ModelLoadError(f"cannot load the model {str(name_or_path)!r}: {err}. A hub id needs the network or "
+                             "a filled HF cache (HF_HOME); on a node without internet, set the model's `source:` in "
+                             "config.yaml to a local directory written by save_pretrained.") from None
+    except Exception as err:  # a damaged weights file (safetensors: "incomplete metadata", ...)
+        raise ModelLoadError(f"cannot load the model {str(name_or_path)!r}: {type(err).__name__}: {err} "
+                             "(a truncated or damaged weights file?)") from None
+    return model.to(device)
+
+
+class ModelLoadError(OSError):
+    """A base model or checkpoint that cannot be read: the message names it and what to do."""
+
+
+def hub_revision(model) -> str | None:
+    """The hub commit a model was loaded from (None for a local directory), for provenance:
+    a hub id alone does not say which weights were used."""
+    return getattr(model.config, "_commit_hash", None)
+
+
+def pick_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

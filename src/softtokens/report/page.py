@@ -1,0 +1,277 @@
+"""The reproduction report: one page (Markdown and HTML) with the paper's claims judged on our
+numbers and on the paper's, every paper cell beside ours, and what each table cost.
+
+Why one page: it is what a reader opens first, and what ``snakemake --report`` embeds. The CSVs
+beside it (``cells.csv``, ``ledger.csv``, ``ledger_cells.csv``, ``ledger_tables.csv``) hold
+the same numbers unrounded for a script.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from softtokens.report import claims, judging, ledger, reproduction
+from softtokens.report.paper import (
+    CELL_KEYS,
+    PAPER_RESULTS,
+    SOURCE,
+    TABLES,
+    load_paper_results,
+)
+from softtokens.run import paths
+from softtokens.run.files import write_text
+from softtokens.run.provenance import Provenance
+
+MISSING = "missing"
+
+
+def _pm(mean, std, n=None, digits=1) -> str:
+    if pd.isna(mean):
+        return MISSING
+    sd = "" if pd.isna(std) else f" ± {std:.{digits}f}"
+    return f"{mean:.{digits}f}{sd}" + (f" (n={int(n)})" if n is not None and not pd.isna(n) else "")
+
+
+def _training(r) -> str:
+    return "base" if r["train_mode"] == "none" else f"{r['train_dataset']} {r['train_mode']}"
+
+
+def cell_table(comparison: pd.DataFrame) -> pd.DataFrame:
+    """The printable cell-by-cell table (missing cells say so; never 0)."""
+    digits = comparison.metric.map(lambda m: 2 if m in ("nll_correct", "accuracy") else 1)
+    return pd.DataFrame({
+        "model": comparison.model, "training": comparison.apply(_training, axis=1),
+        "variant": comparison.paper_variant.replace("", "-"), "benchmark": comparison.benchmark,
+        "setting": comparison.setting, "metric": comparison.metric,
+        "paper": [_pm(m, s, digits=d) for m, s, d in zip(comparison.paper_mean, comparison.paper_std, digits)],
+        "ours": [_pm(m, s, n, d) for m, s, n, d in zip(comparison.ours_mean, comparison.ours_std, comparison.ours_n, digits)],
+        "diff": ["" if pd.isna(x) else f"{x:+.{d}f}" for x, d in zip(comparison["diff"], digits)],
+        f"within {reproduction.Z:g} se": ["—" if w is None else ("yes" if w else "no") for w in comparison.within],
+        "note": comparison.get("note", pd.Series([""] * len(comparison))).fillna(""),
+    })
+
+
+def our_tables(benchmarks: list[str]) -> dict:
+    """Our tables (and the paper table each reproduces) -> which cells they hold."""
+    out = {"main (tab:main)": lambda r: r["setting"] in ("hard_greedy", "hard_sample") and r["metric"].startswith("pass@")}
+    paper_label = {"gsm8k": "tab:gsm8k", "math500": "tab:math500", "olympiadbench": "tab:olympiad"}
+    for b in benchmarks:
+        label = paths.settings_table(b) + (f" ({paper_label[b]})" if b in paper_label else "")
+        out[label] = lambda r, b=b: r["benchmark"] == b and r["metric"].startswith("pass@")
+    out["ood (table:stdbenchmarks)"] = lambda r: r["metric"] in ("accuracy", "nll_correct")
+    return out
+
+
+def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
+    """Everything the page shows, as frames and claims."""
+    paper = load_paper_results(settings.get("paper_results") or PAPER_RESULTS)
+    seeds = reproduction.seed_rows(eval_paths)
+    ours = reproduction.aggregate(seeds)
+    comparison = reproduction.compare(paper, ours)
+    jobs = ledger.read_jobs(bench_dir, settings.get("gpus", {}))
+    cells = ledger.cell_costs(seeds, jobs, CELL_KEYS) if not seeds.empty else pd.DataFrame()
+    math_benchmarks = sorted({b for b, m in zip(seeds.benchmark, seeds.metric) if m.startswith("pass@")})
+    tables = ledger.table_costs(cells, jobs, our_tables(math_benchmarks))
+    return {"paper": paper, "seeds": seeds, "ours": ours, "comparison": comparison,
+            "claims_ours": claims.judge_claims(ours, judging.entropy_rows(eval_paths)),
+            "claims_paper": claims.judge_claims(reproduction.paper_cells(paper)),
+            "jobs": jobs, "cell_costs": cells, "table_costs": tables}
+
+
+# ---------------------------------------------------------------- rendering
+def _claims_frame(ours: list) -> pd.DataFrame:
+    return pd.DataFrame([{"claim": c.statement, "the paper's words": " … ".join(f"“{q['text']}” ({q['where']})"
+                                                                              for q in c.quotes),
+                          "verdict (ours)": c.summary(), "rule": c.rule} for c in ours])
+
+
+def _paper_claims_frame(ours: list, theirs: list) -> pd.DataFrame:
+    return pd.DataFrame([{"claim": o.statement, "verdict (ours)": o.summary(), "verdict (the paper's numbers)":
+                          p.summary()} for o, p in zip(ours, theirs)])
+
+
+def _cost_frame(tables: pd.DataFrame, gpu: bool) -> pd.DataFrame:
+    out = tables[["table", "cells", "jobs"]].copy()
+    out["wall (h)"] = (tables.wall_s / 3600).round(3)
+    out["CPU (h)" if gpu else "CPU (s)"] = (tables.cpu_hours.round(3) if gpu else tables.cpu_s.round(1))
+    if gpu:
+        out["GPU-hours"] = tables.gpu_hours.round(2)
+    else:
+        out["wall (s)"] = tables.wall_s.round(1)
+        out = out.drop(columns=["wall (h)"])
+    return out
+
+
+def _rule_costs(jobs: pd.DataFrame) -> pd.DataFrame:
+    if jobs.empty:
+        return pd.DataFrame(columns=["rule", "jobs", "wall (s)", "CPU (s)", "GPU-hours"])
+    g = jobs.groupby("rule").agg(jobs=("job", "count"), wall=("wall_s", "sum"), cpu=("cpu_s", "sum"),
+                                 gpu=("gpu_hours", "sum")).reset_index()
+    return g.rename(columns={"wall": "wall (s)", "cpu": "CPU (s)", "gpu": "GPU-hours"}).round(2)
+
+
+def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
+    """(heading or paragraph kind, content) blocks shared by the Markdown and HTML renderings."""
+    grid = settings.get("grid", "?")
+    comparison, ours = data["comparison"], data["ours"]
+    measured = comparison.ours_mean.notna()
+    toy = settings.get("toy", grid == "toy")
+    gpu = bool(data["jobs"].gpus.sum()) if not data["jobs"].empty else False
+    blocks: list[tuple[str, object]] = [("h1", f"Reproduction report: grid `{grid}`")]
+    compared = [w for w in comparison.within if w is not None]
+    intro = (f"Paper numbers: {SOURCE}. Ours: {len(data['seeds'].path.unique()) if not data['seeds'].empty else 0} "
+             f"evaluation files, {len(ours)} cells, mean ± sample std over seeds (n = seeds). Each cell has a "
+             f"standard error: its seeds' variance / n plus the sampling variance of its benchmark's questions "
+             f"(measured on ours; for the paper's, binomial at its benchmark's size, NLL spread = its mean). Two "
+             f"cells differ beyond {reproduction.Z:g} × sqrt(se_a² + se_b²); ours matches the paper's within it. "
+             f"{int(measured.sum())} of {len(comparison)} paper cells have a counterpart here, {len(compared)} of "
+             f"them comparable.")
+    blocks.append(("p", intro))
+    if toy:
+        blocks.append(("p", "This is the toy grid: a 0.9M-parameter Llama trained on synthetic arithmetic on a CPU. "
+                            "None of its cells is a cell of the paper (the models, data and budgets differ), so the "
+                            "cell-by-cell comparison below is empty by construction. The claims are judged on the "
+                            "toy's own numbers with the paper's rules: they say whether the toy shows the paper's "
+                            "effects, not whether the paper's numbers reproduce. The toy's k is its n samples."))
+    blocks.append(("h2", "The paper's claims, judged on our numbers"))
+    blocks.append(("p", "Each claim is the paper's sentence, quoted, and a rule read off its words: 'most' = more "
+                        "than half of the comparisons, 'generally' = at least two thirds, an unqualified or "
+                        "'universal' statement = every one, 'on average' = the mean beyond its own standard errors. "
+                        "Comparisons of identical cells (not informative) are listed but not counted."))
+    blocks.append(("table", _claims_frame(data["claims_ours"])))
+    for c in data["claims_ours"]:
+        if c.evidence:
+            blocks.append(("details", (f"Evidence (ours): {c.statement} — {c.summary()}", c.evidence)))
+    blocks.append(("h2", "The same rules on the paper's own numbers"))
+    blocks.append(("p", "A rule the paper's own numbers fail shows how strict it is, or where the paper's text "
+                        "goes beyond its tables."))
+    blocks.append(("table", _paper_claims_frame(data["claims_ours"], data["claims_paper"])))
+    for c in data["claims_paper"]:
+        if c.evidence:
+            fails = [e for e in c.evidence if e.startswith("fails")]
+            blocks.append(("details", (f"The paper's numbers: {c.statement} — {c.summary()}"
+                                       + (f" ({len(fails)} failing)" if fails else ""), c.evidence)))
+    blocks.append(("h2", "Cell by cell"))
+    for table, label in TABLES.items():
+        sub = comparison[comparison.table == table]
+        n_meas = int(sub.ours_mean.notna().sum())
+        if n_meas == 0:
+            blocks.append(("p", f"**{table}** ({label}): 0 of {len(sub)} cells measured in this grid (all missing)."))
+            continue
+        within = int(sum(w is True for w in sub.within))
+        blocks.append(("h3", f"{table}: {label}"))
+        n_cmp = int(sum(w is not None for w in sub.within))
+        blocks.append(("p", f"{n_meas} of {len(sub)} cells measured; {within} of {n_cmp} comparable within "
+                            f"{reproduction.Z:g} se."))
+        blocks.append(("table", cell_table(sub)))
+    blocks.append(("h2", "Cost ledger"))
+    blocks.append(("p", "From each job's Snakemake benchmark file: wall time, CPU time (the job's measured CPU "
+                        "seconds) and GPU-hours (wall × GPUs held). A table's total counts each job once (a training "
+                        "run feeds many cells); per-cell and per-job numbers are in ledger_cells.csv and ledger.csv."
+                        + (" The toy grid runs on CPUs only: costs are CPU seconds." if not gpu else "")))
+    blocks.append(("table", _cost_frame(data["table_costs"], gpu)))
+    blocks.append(("h3", "Per rule"))
+    blocks.append(("table", _rule_costs(data["jobs"])))
+    return blocks
+
+
+def to_markdown(blocks) -> str:
+    out = []
+    for kind, content in blocks:
+        if kind in ("h1", "h2", "h3"):
+            out.append("#" * int(kind[1]) + " " + content)
+        elif kind == "p":
+            out.append(content)
+        elif kind == "list":
+            out.append("\n".join(f"- {x}" for x in content))
+        elif kind == "details":
+            summary, items = content
+            out.append(f"<details><summary>{summary}</summary>\n\n" + "\n".join(f"- {x}" for x in items)
+                       + "\n\n</details>")
+        elif kind == "table":
+            out.append(content.to_markdown(index=False) if not content.empty else "(none)")
+    return "\n\n".join(out) + "\n"
+
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 7px;
+text-align:left;vertical-align:top}th{background:#f0f0f0}td.v-supported{background:#d9f2d9}
+td.v-not-supported{background:#f8d7d7}td.v-not-yet-measured{background:#eee;color:#666}td.missing{color:#999}
+td.v-not-judged{background:#eee;color:#666}details{margin:0.3em 0}summary{cursor:pointer;font-size:14px}
+code{background:#f4f4f4;padding:0 3px}li{font-size:13px}"""
+
+
+VERDICT_CSS = {judging.NOT_SUPPORTED: "v-not-supported", judging.NOT_MEASURED: "v-not-yet-measured",
+               judging.SUPPORTED: "v-supported", judging.NOT_JUDGED: "v-not-judged"}
+
+
+def _html_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "<p>(none)</p>"
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    rows = []
+    for _, r in df.iterrows():
+        cells = []
+        for v in r.values:
+            text = str(v)
+            verdict = next((css for k, css in VERDICT_CSS.items() if text.startswith(k)), None)
+            cls = f' class="{verdict}"' if verdict else (' class="missing"' if text == MISSING else "")
+            cells.append(f"<td{cls}>{html.escape(text)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _inline(text: str) -> str:
+    import re
+
+    t = html.escape(text)
+    t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
+
+
+def to_html(blocks, title: str) -> str:
+    body = []
+    for kind, content in blocks:
+        if kind in ("h1", "h2", "h3"):
+            body.append(f"<{kind}>{_inline(content)}</{kind}>")
+        elif kind == "p":
+            body.append(f"<p>{_inline(content)}</p>")
+        elif kind == "list":
+            body.append("<ul>" + "".join(f"<li>{_inline(x)}</li>" for x in content) + "</ul>")
+        elif kind == "details":
+            summary, items = content
+            body.append(f"<details><summary>{_inline(summary)}</summary><ul>"
+                        + "".join(f"<li>{_inline(x)}</li>" for x in items) + "</ul></details>")
+        elif kind == "table":
+            body.append(_html_table(content))
+    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def write_report(eval_paths: list[Path], bench_dir: Path, out_dir: Path, settings: dict) -> dict:
+    """reproduction.{md,html}, cells.csv and the ledger CSVs, each with a provenance sidecar."""
+    data = build(eval_paths, bench_dir, settings)
+    blocks = sections(data, settings)
+    prov = Provenance("report", settings, inputs={p.as_posix(): p for p in eval_paths})
+    prov.add_input("paper_results", settings.get("paper_results") or PAPER_RESULTS)
+    outputs = {
+        "reproduction.md": to_markdown(blocks),
+        "reproduction.html": to_html(blocks, f"softtokens reproduction report ({settings.get('grid')})"),
+        "cells.csv": data["comparison"].to_csv(index=False),
+        "ledger.csv": data["jobs"].to_csv(index=False),
+        "ledger_cells.csv": (data["cell_costs"].assign(job_ids=lambda d: d.job_ids.map(" ".join))
+                             if not data["cell_costs"].empty else data["cell_costs"]).to_csv(index=False),
+        "ledger_tables.csv": data["table_costs"].to_csv(index=False),
+        "claims.json": json.dumps({side: [c.__dict__ for c in data[f"claims_{side}"]] for side in ("ours", "paper")},
+                                  indent=1) + "\n",
+    }
+    if set(outputs) != set(paths.REPORT_FILES):
+        raise AssertionError(f"the report writes {sorted(outputs)}, the layout names {sorted(paths.REPORT_FILES)}")
+    for name, text in outputs.items():
+        write_text(out_dir / name, text)
+        prov.write_sidecar(out_dir / name)
+    return data

@@ -1,0 +1,75 @@
+"""Tables (Markdown, LaTeX, CSV) and figures (PNG) from evaluation results and training metrics.
+
+Tables aggregate over seeds as mean ± std (sample std, ddof=1; 0 for a single seed or the
+base model), in percent, in the shape of the paper's Table 1 (hard inference) and its
+appendix tables (all six inference settings)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from softtokens.run.paths import parse_eval_path
+
+
+def main_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """The paper's main cells (default variant): Table 1, the appendix and OOD tables and the
+    per-run figures show these; ablation variants have tables of their own (ablations.py)."""
+    return df[df["variant"] == ""] if "variant" in df else df
+
+
+def _below_base(result: dict) -> bool:
+    """The evaluated checkpoint scored below its base model on greedy validation (selection
+    never picks the base itself, so a run that only hurt reports its best trained step)."""
+    sel = result.get("selection") or {}
+    base = sel.get("base_val_greedy_accuracy")
+    return base is not None and sel.get("val_greedy_accuracy") is not None and sel["val_greedy_accuracy"] < base
+
+
+def _sampling_var(values: list[float]) -> float:
+    """Variance of a mean over problems, from its problems' own values: var / N (population var)."""
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    mean = sum(values) / n
+    return sum((v - mean) ** 2 for v in values) / n / n
+
+
+def load_eval_frame(paths: list[Path]) -> pd.DataFrame:
+    """One row per evaluation file: pass@1 and pass@n in %, and the sampling variance of each over
+    the file's problems (``*_var``, %^2: the test set's share of the number's uncertainty;
+    reproduction.py)."""
+    from softtokens.eval.metrics import pass_at_k
+
+    rows = []
+    for p in paths:
+        res = json.loads(Path(p).read_text())
+        n = res["n_samples"]
+        problems = res.get("problems", [])
+        p1 = [100 * pr["correct"] / pr["n"] for pr in problems]
+        pn = [100 * pass_at_k(pr["n"], pr["correct"], pr["n"]) for pr in problems]
+        rows.append({**parse_eval_path(Path(p)), "pass@1": 100 * res["pass@1"], "pass@n": 100 * res["pass@k"][str(n)],
+                     "pass@1_var": _sampling_var(p1), "pass@n_var": _sampling_var(pn),
+                     "n": n, "n_problems": res.get("n_problems", len(problems)),
+                     "mean_cot_length": res["mean_cot_length"], "below_base": _below_base(res), "path": str(p)})
+    return pd.DataFrame(rows)
+
+
+def load_loglik_frame(paths: list[Path]) -> pd.DataFrame:
+    """One row per out-of-domain file: the protocol's accuracy (%), the NLL of the correct answer,
+    their sampling variances over the file's questions, and the protocol that made them (files
+    written before protocols existed were cloze)."""
+    rows = []
+    for p in paths:
+        res = json.loads(Path(p).read_text())
+        problems = res.get("problems", [])
+        correct = [100.0 * bool(pr["correct"] if "correct" in pr else pr["pred"] == pr["label"]) for pr in problems]
+        rows.append({**parse_eval_path(Path(p)), "accuracy": 100 * res["accuracy"],
+                     "accuracy_norm": 100 * res.get("accuracy_cloze_norm", res.get("accuracy_norm", float("nan"))),
+                     "nll_correct": res["nll_correct"], "protocol": res.get("protocol", "cloze"),
+                     "accuracy_var": _sampling_var(correct),
+                     "nll_correct_var": _sampling_var([pr["nll_correct"] for pr in problems]),
+                     "n_problems": res["n_problems"], "below_base": _below_base(res), "path": str(p)})
+    return pd.DataFrame(rows)

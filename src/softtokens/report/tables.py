@@ -1,0 +1,170 @@
+"""Tables (Markdown, LaTeX, CSV) and figures (PNG) from evaluation results and training metrics.
+
+Tables aggregate over seeds as mean ± std (sample std, ddof=1; 0 for a single seed or the
+base model), in percent, in the shape of the paper's Table 1 (hard inference) and its
+appendix tables (all six inference settings)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from softtokens.report.results import load_eval_frame, load_loglik_frame, main_cells
+from softtokens.run import paths
+from softtokens.run.files import write_text
+from softtokens.run.provenance import Provenance
+
+SETTING_ORDER = ["hard_greedy", "hard_sample", "fuzzy_greedy", "fuzzy_sample", "soft_greedy", "soft_sample"]
+
+
+MODE_ORDER = ["none", "hard", "fuzzy", "soft"]
+
+
+def ood_caption(protocols: set[str]) -> str:
+    """The out-of-domain table's caption: which protocol made the accuracy column (softtokens.ood)."""
+    from softtokens.eval.ood import NLL_DEFINITION, PROTOCOLS
+
+    names = sorted(protocols)
+    if len(names) != 1:
+        head = f"Out-of-domain multiple choice; the accuracy columns mix protocols ({', '.join(names)}): do not compare them. "
+    else:
+        head = f"Out-of-domain multiple choice, {names[0]} protocol. Accuracy (%): {PROTOCOLS[names[0]]}. "
+    return head + f"NLL Correct: {NLL_DEFINITION}. Mean ± std over seeds."
+
+
+def ood_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Table 4's shape: per benchmark, accuracy and NLL of the correct answer."""
+    cols = {("loglik", "accuracy"): "Accuracy", ("loglik", "nll_correct"): "NLL Correct"}
+    return _wide(df, cols, digits=2)
+
+
+def _mean_std(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
+    g = df.groupby(keys, sort=False)[value]
+    out = g.agg(["mean", "std", "count"]).reset_index()
+    out["std"] = out["std"].fillna(0.0)
+    return out
+
+
+BELOW_BASE_MARK = "†"
+
+
+def _training_label(row) -> str:
+    return "no finetune" if row["train_mode"] == "none" else f"{row['train_dataset']} {row['train_mode']}"
+
+
+def below_base_note(df: pd.DataFrame) -> str:
+    """The footnote for table rows marked BELOW_BASE_MARK, naming each row and its seeds."""
+    marked = df[df.below_base].groupby(["model", "train_dataset", "train_mode"]).seed.unique()
+    if marked.empty:
+        return ""
+    seeds = df.groupby(["model", "train_dataset", "train_mode"]).seed.nunique()
+    rows = "; ".join(f"{m} {d} {mode}: seed {', '.join(map(str, sorted(s)))} of {seeds[(m, d, mode)]}"
+                     for (m, d, mode), s in marked.items())
+    return (f" {BELOW_BASE_MARK} The selected checkpoint (best greedy validation among trained steps; the base "
+            f"model at step 0 is never selected) scored below the base model on greedy validation for: {rows}.")
+
+
+def _order(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df["_mode"] = df["train_mode"].map({m: i for i, m in enumerate(MODE_ORDER)})
+    return df.sort_values(["model", "_mode", "train_dataset"]).drop(columns="_mode")
+
+
+def main_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Table 1's shape: per benchmark, hard greedy pass@1, hard sample pass@1 and pass@n."""
+    n = int(df.loc[df.setting == "hard_sample", "n"].max()) if (df.setting == "hard_sample").any() else 1
+    cols = {("hard_greedy", "pass@1"): "Greedy pass@1", ("hard_sample", "pass@1"): "Sample pass@1",
+            ("hard_sample", "pass@n"): f"Sample pass@{n}"}
+    return _wide(df, cols)
+
+
+def settings_table(df: pd.DataFrame, benchmark: str) -> pd.DataFrame:
+    """The appendix tables' shape: one benchmark, all six inference settings."""
+    sub = df[df.benchmark == benchmark]
+    n = int(sub["n"].max())
+    cols = {}
+    for mode in ("hard", "fuzzy", "soft"):
+        cols[(f"{mode}_greedy", "pass@1")] = f"{mode.capitalize()} Greedy pass@1"
+        cols[(f"{mode}_sample", "pass@1")] = f"{mode.capitalize()} Sample pass@1"
+        cols[(f"{mode}_sample", "pass@n")] = f"{mode.capitalize()} Sample pass@{n}"
+    return _wide(sub, cols, by_benchmark=False)
+
+
+def _wide(df: pd.DataFrame, cols: dict, by_benchmark: bool = True, digits: int = 1) -> pd.DataFrame:
+    keys = ["model", "train_dataset", "train_mode"]
+    records: dict[tuple, dict] = {}
+    cells: dict[tuple[str, str], dict] = {}
+    for (setting, metric), label in cols.items():
+        sub = df[df.setting == setting]
+        if sub.empty:
+            continue
+        agg = _mean_std(sub, keys + ["benchmark"], metric)
+        for _, r in agg.iterrows():
+            rec = records.setdefault(tuple(r[k] for k in keys), {k: r[k] for k in keys})
+            col = f"{r['benchmark']} {label}" if by_benchmark else label
+            rec[col] = f"{r['mean']:.{digits}f}±{r['std']:.{digits}f}"
+            rec["_seeds"] = int(r["count"])
+            rows = sub[(sub[keys + ["benchmark"]] == pd.Series({k: r[k] for k in keys + ["benchmark"]})).all(axis=1)]
+            cells[(_row_label(r), col)] = {"value": rec[col], "setting": setting, "metric": metric,
+                                           "digits": digits, "evals": sorted(rows["path"])}
+    table = _order(pd.DataFrame(records.values()))
+    below = set(map(tuple, df.loc[df.below_base, keys].drop_duplicates().itertuples(index=False)))
+    table.insert(1, "training", table.apply(
+        lambda r: _training_label(r) + (f" {BELOW_BASE_MARK}" if tuple(r[k] for k in keys) in below else ""), axis=1))
+    table = table.drop(columns=["train_dataset", "train_mode"]).rename(columns={"_seeds": "seeds"})
+    table = table[["model", "training", "seeds"] + [c for c in table.columns if c not in ("model", "training", "seeds")]]
+    table.attrs["cells"] = cells
+    return table
+
+
+def _row_label(r) -> str:
+    """How `softtokens audit TABLE --row` names a table row: model and training, no marks."""
+    return f"{r['model']} {_training_label(r)}"
+
+
+def _to_latex(table: pd.DataFrame, caption: str) -> str:
+    body = table.to_latex(index=False, escape=True)
+    body = body.replace("±", r"$\pm$").replace(BELOW_BASE_MARK, r"$^\dagger$")
+    return "\\begin{table}[ht]\\centering\\footnotesize\n" + body + f"\\caption{{{caption}}}\n\\end{{table}}\n"
+
+
+def write_table(table: pd.DataFrame, out_dir: Path, name: str, caption: str, prov: Provenance) -> list[Path]:
+    written = []
+    texts = {"md": f"{caption}\n\n" + table.to_markdown(index=False) + "\n", "tex": _to_latex(table, caption),
+             "csv": table.to_csv(index=False)}
+    for ext in paths.TABLE_EXTS:
+        text = texts[ext]
+        path = out_dir / f"{name}.{ext}"
+        write_text(path, text)
+        prov.write_sidecar(path)
+        written.append(path)
+    if table.attrs.get("cells"):
+        cells = [{"row": row, "column": col, **cell} for (row, col), cell in table.attrs["cells"].items()]
+        path = out_dir / f"{name}.{paths.CELLS_EXT}"
+        write_text(path, json.dumps(cells, indent=1) + "\n")
+        prov.write_sidecar(path)
+        written.append(path)
+    return written
+
+
+def write_tables(eval_paths: list[Path], out_dir: Path, settings: dict) -> None:
+    """Math results (one JSON per inference setting) and out-of-domain results (loglik.json)."""
+    prov = Provenance("tables", settings, inputs={p.as_posix(): p for p in eval_paths})
+    loglik_paths = [p for p in eval_paths if p.stem == "loglik"]
+    if loglik_paths:
+        ood = main_cells(load_loglik_frame(loglik_paths))
+        write_table(ood_table(ood), out_dir, paths.OOD_TABLE, ood_caption(set(ood.protocol)) + below_base_note(ood), prov)
+    df = main_cells(load_eval_frame([p for p in eval_paths if p.stem != "loglik"]))
+    note = below_base_note(df)
+    caption = ("Hard inference (CoT greedy tau=0 / sampled tau=1, answers greedy): pass@1 and pass@n in %, "
+               "mean ± std over seeds (sample std)." + note)
+    write_table(main_table(df), out_dir, paths.MAIN_TABLE, caption, prov)
+    for bench in sorted(df.benchmark.unique()):
+        write_table(settings_table(df, bench), out_dir, paths.settings_table(bench),
+                    f"{bench}: all six inference settings, pass@1 and pass@n in %, mean ± std over seeds." + note,
+                    prov)
+    long = _mean_std(df, ["model", "train_dataset", "train_mode", "benchmark", "setting"], "pass@1")
+    write_text(out_dir / "pass1_long.csv", long.to_csv(index=False))
+    prov.write_sidecar(out_dir / "pass1_long.csv")

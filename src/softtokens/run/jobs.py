@@ -1,0 +1,185 @@
+"""What the workflow of one grid builds and how each job runs: targets, per-job settings and
+resources, as plain Python that the Snakemake rules call (workflow/rules/common.smk).
+
+Why here and not in the Snakefile: how an evaluation is configured, which runs an ablation row
+reads, how many GPUs a training job takes decide what a number in a table means. As Python they
+are unit-tested directly (tests/test_jobs.py), not only through a dry run of Snakemake; the rules
+only name files and pass these settings on the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from softtokens.run import paths
+from softtokens.run.config import cell_rl
+from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS
+from softtokens.run.paths import parse_arm, parse_trained
+from softtokens.run.provenance import config_hash
+from softtokens.run.targets import GridTargets, dumps
+
+SLURM_ENV = {"partition": "SOFTTOKENS_SLURM_PARTITION", "gpu_partition": "SOFTTOKENS_SLURM_GPU_PARTITION",
+             "account": "SOFTTOKENS_SLURM_ACCOUNT"}
+
+# Memory (MB) and time (minutes) of a job whose grid's `resources:` block does not say: on SLURM a
+# job that asks for no memory is given a whole node's and jobs then run one at a time. Generous
+# for the toy and small grids; the paper grid sets its own.
+# A training job also asks SLURM for SIGUSR1 ten minutes before its time limit: it saves its
+# resume state and exits, and the retry or requeue resumes (train.loop.Trainer.run).
+DEFAULT_RESOURCES = {"train": {"mem_mb": 16000, "runtime": 720, "slurm_extra": "--signal=USR1@600"},
+                     "evaluate": {"mem_mb": 16000, "runtime": 240},
+                     "evaluate_loglik": {"mem_mb": 16000, "runtime": 120}, "cpu": {"mem_mb": 4000, "runtime": 60}}
+GPU_KINDS = ("train", "evaluate", "evaluate_loglik")
+
+
+def job_resources(grid: dict, kind: str, environ: dict | None = None) -> dict:
+    """Resources of one kind of job from the grid's ``resources:`` block, plus the SLURM partition
+    and account from the environment, so that nothing site-specific is in the repository. GPU
+    jobs take SOFTTOKENS_SLURM_GPU_PARTITION, falling back to SOFTTOKENS_SLURM_PARTITION;
+    an unset variable adds nothing (the plugin then uses the cluster's defaults), and
+    ``--set-resources`` / ``--default-resources`` on the command line override all of it."""
+    env = os.environ if environ is None else environ
+    own = grid.get("resources", {}).get(kind, {})
+    res = {k: v for k, v in DEFAULT_RESOURCES.get(kind, {}).items()
+           if not (k == "mem_mb" and "mem_mb_per_cpu" in own)}
+    res.update(own)
+    partition = (env.get(SLURM_ENV["gpu_partition"]) if res.get("gpu", 0) > 0 else None) or env.get(SLURM_ENV["partition"])
+    if partition:
+        res["slurm_partition"] = partition
+    if env.get(SLURM_ENV["account"]):
+        res["slurm_account"] = env[SLURM_ENV["account"]]
+    return res
+
+
+def train_processes(grid: dict, model: str) -> int:
+    """GPUs (one process each) of a model's training jobs: the model's ``train_gpus``, else the
+    grid's ``resources.train.gpu``, else 1."""
+    spec = grid["models"][model]
+    return int(spec.get("train_gpus") or grid.get("resources", {}).get("train", {}).get("gpu") or 1)
+
+
+def expect_args(pairs: list[tuple[str, dict]]) -> str:
+    """`--expect PATH=HASH ...`: what the current config gives each upstream output's job, which
+    the job compares with the output's provenance (provenance.check_expected; stale: it stops)."""
+    items = [f"{path}={config_hash(settings)}" for path, settings in pairs]
+    return "--expect " + " ".join(items) if items else ""
+
+
+class GridJobs(GridTargets):
+    """The jobs of ``config["grid"]``: its targets (run.targets) and each job's settings, expected
+    upstream provenance and resources."""
+
+    # ------------------------------------------------------------ per-job settings
+    def dataset_settings(self, dataset: str) -> str:
+        return dumps(self.grid["datasets"][dataset])
+
+    def model_source(self, model: str) -> str:
+        """Local directory (a built toy base) or hub id / path of a base model."""
+        src = self.grid["models"][model]["source"]
+        return paths.model_dir(self.results, model) if src == "toy" else src
+
+    def base_model_input(self, model: str) -> list[str]:
+        """The toy base is a DAG output; a hub model is fetched by the job itself."""
+        return [self.model_source(model)] if self.grid["models"][model]["source"] == "toy" else []
+
+    def toy_base_settings(self) -> str:
+        s = dict(self.grid["toy_base"])
+        s.update(cot_max_tokens=self.rl["cot_max_tokens"], answer_max_tokens=self.rl["answer_max_tokens"])
+        return dumps(s)
+
+    def train_settings(self, model: str, dataset: str, arm: str, seed: int | str) -> str:
+        mode, variant = parse_arm(arm)
+        s = dict(cell_rl(self.config, self.name, model, dataset, variant), mode=mode, seed=int(seed),
+                 lr=self.grid["models"][model]["lr"])
+        if variant:  # recorded in provenance; the default runs' settings stay as they were
+            s["variant"] = variant
+        return dumps(s)
+
+    def eval_settings(self, model: str, trained: str) -> str:
+        """An evaluation's settings. The six inference settings derive from Section 4's CoT keys (τ, γ,
+        the embedding placement: the grid's `rl`), whatever an ablation run trained with, as the paper
+        evaluates its ablations; `evaluation.inference_settings: run` takes the run's own keys instead."""
+        keys = ("n_samples", "cot_max_tokens", "answer_max_tokens", "batch_size", "seed")
+        s = {k: self.eval[k] for k in keys}
+        s["dtype"] = self.rl["compute_dtype"]
+        s["grading_timeout_s"] = self.rl["grading_timeout_s"]
+        rl, run = self.rl, parse_trained(trained)
+        if run is not None and self.eval["inference_settings"] == "run":
+            rl = cell_rl(self.config, self.name, model, run.dataset, run.variant)
+        s.update({k: rl[k] for k in (*COT_KEYS, *PLACEMENT_KEYS)})
+        return dumps(s)
+
+    def loglik_settings(self) -> str:
+        """An out-of-domain evaluation's settings: its protocol (eval.ood), the CoT and answer budgets
+        and decode batch of the math evaluations (the generative protocol decodes as they do)."""
+        ev = self.eval
+        return dumps({"protocol": ev["ood_protocol"], "loglik_batch_size": ev["loglik_batch_size"],
+                       "batch_size": ev["batch_size"], "cot_max_tokens": ev["cot_max_tokens"],
+                       "answer_max_tokens": ev["answer_max_tokens"], "dtype": self.rl["compute_dtype"]})
+
+    def report_settings(self) -> str:
+        return dumps({"grid": self.name, "n_samples": self.eval["n_samples"]})
+
+    def reproduction_settings(self) -> str:
+        return dumps({"grid": self.name, "toy": "toy_base" in self.grid, "gpus": self.ledger_gpus()})
+
+    def eval_model_input(self, model: str, trained: str) -> list[str]:
+        if trained == "base":
+            return self.base_model_input(model)
+        return [self.run_file(parse_trained(trained)._replace(model=model), paths.SELECTED)]
+
+    def eval_model_arg(self, model: str, trained: str) -> str:
+        if trained == "base":
+            return f"--model {self.model_source(model)}"
+        return f"--selected {self.eval_model_input(model, trained)[0]}"
+
+    # ------------------------------------------------------------ provenance expectations
+    def _data_expect(self, dataset: str, splits: tuple[str, ...]) -> list[tuple[str, dict]]:
+        return [(paths.data_path(self.results, dataset, split), self.grid["datasets"][dataset]) for split in splits]
+
+    def _base_expect(self, model: str) -> list[tuple[str, dict]]:
+        if self.grid["models"][model]["source"] != "toy":
+            return []
+        return [(self.model_source(model), json.loads(self.toy_base_settings()))]
+
+    def train_expect(self, model: str, dataset: str) -> str:
+        return expect_args(self._data_expect(dataset, ("train", "validation")) + self._base_expect(model))
+
+    def eval_expect(self, model: str, trained: str, benchmark: str) -> str:
+        base = self._base_expect(model) if trained == "base" else []
+        return expect_args(self._data_expect(benchmark, ("test",)) + base)
+
+    def toy_base_expect(self) -> str:
+        return expect_args(self._data_expect(self.toy_base_dataset, ("train", "validation")))
+
+    # ------------------------------------------------------------ resources
+    def resources(self, kind: str) -> dict:
+        """Resources of one kind of job (train / evaluate / evaluate_loglik / cpu). A training job
+        takes its model's GPU count (models.<m>.train_gpus, chosen from the memory plan): there
+        ``gpu`` is a function of the model."""
+        res = job_resources(self.grid, kind, self.environ)
+        if kind == "train" and res.get("gpu", 0) > 0:
+            res["gpu"] = lambda model: train_processes(self.grid, model)
+        return res
+
+    def threads(self, kind: str, model: str | None = None) -> int:
+        """CPU threads of a job: cpus_per_gpu x its GPUs on a GPU job (torch and the data work use
+        them), else 1 (the CPU grids run many one-thread jobs side by side)."""
+        res = job_resources(self.grid, kind, self.environ)
+        gpus = res.get("gpu", 0)
+        if kind == "train" and gpus:
+            gpus = train_processes(self.grid, model)
+        return int(gpus * res.get("cpus_per_gpu", 1)) if gpus else 1
+
+    def ledger_gpus(self) -> dict:
+        """GPUs held by each job, for the ledger's GPU-hours: a training job its model's
+        train_gpus, an evaluation job its kind's `gpu` resource; every other rule none."""
+        train = job_resources(self.grid, "train", self.environ).get("gpu", 0)
+        return {"train": {m: (train_processes(self.grid, m) if train else 0) for m in self.grid["models"]},
+                **{k: job_resources(self.grid, k, self.environ).get("gpu", 0) for k in GPU_KINDS[1:]}}
+
+    def gpu_rule_env(self) -> str:
+        """The conda environment of the GPU rules: torch's CUDA build pinned on a grid whose jobs ask
+        for GPUs, the plain pins elsewhere (a laptop's toy grid needs no CUDA download)."""
+        gpu = self.grid.get("resources", {}).get("train", {}).get("gpu")
+        return "../../envs/softtokens-gpu.yaml" if gpu else "../../envs/softtokens.yaml"

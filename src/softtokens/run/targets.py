@@ -1,0 +1,177 @@
+"""What one grid of the workflow builds: every training run, evaluation, table, figure and
+report file, and which runs each ablation table row reads (run.jobs adds how each job runs).
+Names come from run.paths, so a target and the rule that makes it cannot spell a file two ways."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+from softtokens.run import paths
+from softtokens.run.config import EVAL_DEFAULTS, cell_rl, resolved_rl
+from softtokens.run.paths import Run, parse_arm
+
+
+def dumps(settings: dict) -> str:
+    """Settings as the command line passes them (sorted: a stable string for Snakemake's params)."""
+    return json.dumps(settings, sort_keys=True)
+
+
+class GridTargets:
+    """The files ``config["grid"]`` (a checked config: config.check_config) makes: its runs, their
+    evaluations, tables, figures and reports, and the rows of its ablation tables."""
+
+    def __init__(self, config: dict, environ: dict | None = None):
+        self.config, self.environ = config, environ
+        self.name = config["grid"]
+        self.grid = config["grids"][self.name]
+        self.results = self.grid["results"]
+        self.eval = {**EVAL_DEFAULTS, **self.grid["evaluation"]}
+        self.rl = resolved_rl(config, self.name)
+        self.ood = self.eval.get("ood_benchmarks", [])
+        self.ablations = self.grid.get("ablation_tables", {})
+        self.reused = config["grids"][self.grid["reuse"]] if self.grid.get("reuse") else None
+        # the toy base is supervised on the first toy dataset of the grid
+        self.toy_base_dataset = next((d for d, s in self.grid["datasets"].items() if s["loader"] == "toy"), None)
+
+    # ------------------------------------------------------------ runs and targets
+    def training_runs(self, grid: dict | None = None) -> list[Run]:
+        grid = self.grid if grid is None else grid
+        return [Run(c["model"], c["dataset"], mode, c.get("variant", ""), seed)
+                for c in grid["training"] for mode in c["modes"] for seed in c["seeds"]]
+
+    def run_file(self, run: Run, name: str, results: str | None = None) -> str:
+        return f"{paths.run_dir(results or self.results, run)}/{name}"
+
+    def evaluated_models(self) -> list[tuple[str, str]]:
+        """(model, trained) pairs: each evaluated base model and every run trained from it."""
+        return [(m, "base") for m in self.eval["models"]] + [(r.model, r.trained) for r in self.training_runs()]
+
+    def eval_targets(self) -> list[str]:
+        return [paths.eval_path(self.results, m, t, b, s) for m, t in self.evaluated_models()
+                for b in self.eval["benchmarks"] for s in self.eval["settings"]]
+
+    def loglik_targets(self) -> list[str]:
+        return [paths.loglik_path(self.results, m, t, b) for m, t in self.evaluated_models() for b in self.ood]
+
+    def selected_targets(self) -> list[str]:
+        return [self.run_file(r, paths.SELECTED) for r in self.training_runs()]
+
+    def metrics_targets(self) -> list[str]:
+        return [self.run_file(r, paths.METRICS) for r in self.training_runs() if not r.variant]
+
+    def table_names(self) -> list[str]:
+        names = [paths.MAIN_TABLE, *(paths.settings_table(b) for b in self.eval["benchmarks"])]
+        return names + ([paths.OOD_TABLE] if self.ood else [])
+
+    def table_targets(self, ext: str) -> list[str]:
+        return [paths.table_path(self.results, n, ext) for n in self.table_names()]
+
+    def figure_targets(self, ext: str = "png") -> list[str]:
+        """Training curves per (model, training set); pass@k and CoT entropy per (model, training
+        set, benchmark), as report.figures draws them ('base' for a model with no run)."""
+        pairs = sorted({(r.model, r.dataset) for r in self.training_runs()})
+        names = [paths.figure_name("training", m, d) for m, d in pairs]
+        per_run = pairs + [(m, "base") for m in sorted(set(self.eval["models"]) - {m for m, _ in pairs})]
+        names += [paths.figure_name(kind, m, d, b) for kind in ("entropy", "passk") for m, d in per_run
+                  for b in self.eval["benchmarks"]]
+        return [paths.figure_path(self.results, n, ext) for n in names]
+
+    def report_files(self) -> dict[str, str]:
+        return {n: paths.report_path(self.results, n) for n in paths.REPORT_FILES}
+
+    def ablation_targets(self, kind: str) -> list[str]:
+        """Files of the ablation tables (kind "tables") or figures ("figures")."""
+        if kind == "tables":
+            return [paths.table_path(self.results, paths.ablation_name(n), ext) for n in self.ablations
+                    for ext in (*paths.TABLE_EXTS, paths.CELLS_EXT)]
+        return [paths.figure_path(self.results, paths.ablation_name(n), ext) for n in self.ablations
+                for ext in paths.FIGURE_EXTS]
+
+    def report_targets(self) -> list[str]:
+        main = [*self.table_targets("md"), *self.table_targets("tex"), *self.table_targets("csv"),
+                *self.figure_targets(), *self.figure_targets("pdf"), *self.report_files().values()]
+        if not self.ablations:
+            return main
+        # an ablation grid: its appendix tables and figures; its main tables too when it has results of its
+        # own (toy-long), not when it shares the reused grid's (toy-ablations, ablations: theirs are that grid's)
+        own_results = self.reused is None or self.results != self.reused["results"]
+        return [*(main if own_results else []), *self.ablation_targets("tables"), *self.ablation_targets("figures")]
+
+    def all_targets(self) -> list[str]:
+        """Every cell of the layout, so a deleted evaluation or selection is remade (with what
+        depends on it) by a plain `snakemake`, not only the tables that summarise it."""
+        return [*self.selected_targets(), *self.eval_targets(), *self.loglik_targets(), *self.report_targets()]
+
+    def variant_evals_present(self) -> list[str]:
+        """Ablation-variant evaluation files already in this results directory (the ablations grid
+        shares the paper grid's): the reproduction report puts them beside the paper's ablation
+        tables when they exist; their absence never plans a job."""
+        return sorted(glob.glob(paths.eval_path(self.results, "*", "*@*-seed*", "*", "*")))
+
+    # ------------------------------------------------------------ ablation tables
+    def ablation_cell(self) -> tuple[str, str]:
+        """The (model, dataset) every ablation row trains (config.check_config makes it one)."""
+        return self.grid["training"][0]["model"], self.grid["training"][0]["dataset"]
+
+    def ablation_runs(self, arm: str) -> tuple[list[Run], str, bool]:
+        """Runs of one table row, the results directory they live in, and whether this grid makes
+        them. A default arm (no variant) is the reused grid's runs when this grid has none."""
+        model, dataset = self.ablation_cell()
+        mode, variant = parse_arm(arm)
+        key = (model, dataset, mode, variant)
+        own = [r for r in self.training_runs() if (r.model, r.dataset, r.mode, r.variant) == key]
+        if own or not self.reused:
+            return own, self.results, True
+        reused = [r for r in self.training_runs(self.reused) if (r.model, r.dataset, r.mode, r.variant) == key]
+        return reused, self.reused["results"], False
+
+    @staticmethod
+    def _kept(files: list[str], in_dag: bool) -> list[str]:
+        """A reused grid's files are read when they exist and never planned: this grid does not
+        retrain or re-evaluate what another grid makes (its table rows say 'not yet run')."""
+        return list(files) if in_dag else [f for f in files if os.path.exists(f)]
+
+    def ablation_evals(self) -> list[str]:
+        model, _ = self.ablation_cell()
+        out = []
+        every = [(b, s) for b in self.eval["benchmarks"] for s in self.eval["settings"]]
+        for spec in self.ablations.values():
+            if spec.get("base"):
+                in_dag = model in self.eval["models"]
+                where = self.results if in_dag or not self.reused else self.reused["results"]
+                out += self._kept([paths.eval_path(where, model, "base", b, s) for b, s in every], in_dag)
+            for arm in spec["arms"]:
+                runs, where, in_dag = self.ablation_runs(arm)
+                out += self._kept([paths.eval_path(where, r.model, r.trained, b, s) for r in runs for b, s in every],
+                                  in_dag)
+        return sorted(set(out))
+
+    def ablation_metrics(self) -> list[str]:
+        out = []
+        for spec in self.ablations.values():
+            for arm in spec["arms"]:
+                runs, where, in_dag = self.ablation_runs(arm)
+                out += self._kept([self.run_file(r, paths.METRICS, where) for r in runs], in_dag)
+        return sorted(set(out))
+
+    def ablation_settings(self) -> str:
+        """Each table's rows, in order, with what each row's run resolved to (gamma, tau, placement, k)."""
+        model, dataset = self.ablation_cell()
+        tables = {}
+        for name, spec in self.ablations.items():
+            rows = []
+            for arm in spec["arms"]:
+                mode, variant = parse_arm(arm)
+                rl = cell_rl(self.config, self.name, model, dataset, variant)
+                rows.append({"arm": arm, "mode": mode, "variant": variant, "noise_factor": rl["noise_factor"],
+                             "temperature": rl[f"{mode}_temperature"], "placement": rl["noise_placement"],
+                             "top_k": rl["noise_top_k"], "clip_ratio": rl["max_grad_norm_ratio"],
+                             "clip_groups": rl["grad_clip_groups"]})
+            tables[name] = {"title": spec.get("title", name), "rows": rows, "base": bool(spec.get("base")),
+                            "describe": spec.get("describe", ["mode", "placement", "temperature", "top_k",
+                                                              "noise_factor"])}
+        return dumps({"grid": self.name, "model": model, "dataset": dataset, "toy": "toy_base" in self.grid,
+                       "tables": tables})
+

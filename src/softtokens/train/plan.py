@@ -1,0 +1,275 @@
+"""The per-GPU memory plan of every training and evaluation job of a grid, from each model's
+architecture numbers (shipped under ``architectures/``: no download), so that a grid whose
+jobs cannot fit the GPU memory it declares stops before any job starts.
+
+What a training job holds on each of its P processes (softtokens.sharding):
+- master weights, their gradients and AdamW's two moments in ``param_dtype``, sharded over P
+  (FSDP2 splits each tensor along dim 0 into P chunks; rank 0 holds the largest);
+- the rollout copy of the whole model in ``compute_dtype``;
+- while decoding its B*G/P rows: the KV cache, float32 copies of the output projection (and of E
+  when untied, for the soft mixture), per-step logits, the recorded float32 soft inputs and each
+  row's Gaussian noise;
+- while updating one micro-batch: the gathered compute-dtype weights and gradients of the root
+  (E, head, final norm) and of two decoder layers (FSDP prefetches one), float32 copies of the
+  projection (and their gradients), the activations a layer saves for its backward (all layers,
+  or with activation checkpointing only each layer's input plus one layer recomputed), and the
+  float32 logits of one chunk of LOGIT_CHUNK_STEPS steps (rloo.rollout_log_probs).
+The saved-activation count per token and layer is that of a Llama/Qwen2 block under SDPA with a
+padding mask (K and V repeated to all heads): 4d + 4 h hd + 4 kv hd + 4 I values.
+Parameters, gradients and optimizer state are exact (tests compare them with what FSDP
+allocates on CPU); activations and transients are estimates, checked on a GPU when one is lent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from softtokens.run.config import EVAL_DEFAULTS, cell_rl, resolved_rl
+from softtokens.run.jobs import train_processes
+from softtokens.train.rloo import LOGIT_CHUNK_STEPS
+
+GB = 1e9
+ARCHITECTURES = Path(__file__).resolve().parents[1] / "architectures"
+BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}
+PREFILL_TOKENS = 16        # "The final answer is: \boxed{" and the short one after the stop text
+USABLE_SHARE = 0.9         # of a GPU's memory: CUDA context, NCCL buffers, allocator fragmentation
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    tied: bool
+    shapes: tuple[tuple[int, ...], ...]      # every parameter tensor (tied ones once)
+    layer_params: int                        # parameters of one decoder layer
+    root_params: int                         # embeddings, final norm, output head
+
+    @property
+    def parameters(self) -> int:
+        return sum(math.prod(s) for s in self.shapes)
+
+
+def architecture_file(source: str) -> Path:
+    return ARCHITECTURES / f"{source.replace('/', '__')}.json"
+
+
+def load_architecture(source: str) -> Architecture:
+    """A shipped hub model's numbers, or the config.json of a local model directory."""
+    shipped = architecture_file(source)
+    path = shipped if shipped.is_file() else Path(source) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no architecture numbers for {source!r}: ship {shipped.name} under "
+                                f"src/softtokens/architectures/ (its hub config.json) or point to a local model")
+    return _from_config_json(path.read_text(), source)
+
+
+def toy_architecture(toy_base: dict) -> Architecture:
+    """The toy base the workflow builds (model.toy.build_toy_model) from its grid settings."""
+    d = toy_base
+    cfg = {"model_type": "llama", "vocab_size": d["vocab_size"], "hidden_size": d["hidden_size"],
+           "num_hidden_layers": d["num_layers"], "num_attention_heads": d["num_heads"],
+           "num_key_value_heads": d["num_heads"], "intermediate_size": d["intermediate_size"],
+           "tie_word_embeddings": True}
+    return _from_config_json(json.dumps(cfg), "toy")
+
+
+@lru_cache(maxsize=None)
+def _from_config_json(text: str, name: str) -> Architecture:
+    """Parameter shapes from the model class itself, built on the meta device (no memory)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields = {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+    cfg = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    named = list(model.named_parameters())  # tied weights once
+    layer = sum(p.numel() for n, p in named if ".layers.0." in n)
+    root = sum(p.numel() for n, p in named if ".layers." not in n)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return Architecture(name=name, vocab=cfg.vocab_size, hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
+                        heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, head_dim=head_dim,
+                        intermediate=cfg.intermediate_size, tied=bool(cfg.tie_word_embeddings),
+                        shapes=tuple(tuple(p.shape) for _, p in named), layer_params=layer, root_params=root)
+
+
+def sharded_bytes(arch: Architecture, processes: int, itemsize: int) -> int:
+    """Bytes on the process holding the largest FSDP2 shard of every tensor (dim 0 in P chunks)."""
+    return sum(-(-s[0] // processes) * math.prod(s[1:]) * itemsize for s in arch.shapes)
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    processes: int
+    rows: int                   # B x G rollout rows of a step
+    micro_batch: int
+    prompt_tokens: int
+    cot_tokens: int
+    answer_tokens: int
+    continuous: bool            # soft / fuzzy (recorded soft inputs, the mixture's copy of E)
+    param_dtype: str = "float32"
+    compute_dtype: str = "bfloat16"
+    checkpointing: bool = False
+
+
+def saved_per_token_layer(arch: Architecture) -> int:
+    """Values a decoder layer saves per token for its backward (module docstring)."""
+    a = arch
+    return 4 * a.hidden + 4 * a.heads * a.head_dim + 4 * a.kv_heads * a.head_dim + 4 * a.intermediate
+
+
+def train_memory(arch: Architecture, job: TrainJob) -> dict[str, float]:
+    """Bytes per GPU of one training process, by component, and the peak."""
+    a, P = arch, job.processes
+    p, c = BYTES[job.param_dtype], BYTES[job.compute_dtype]
+    steps = job.cot_tokens + PREFILL_TOKENS + job.answer_tokens
+    rows = -(-job.rows // P)
+    vd = a.vocab * a.hidden
+    wide_copies = 0 if c >= 4 else (1 + (job.continuous and not a.tied))  # float32 W (and E) while decoding
+    m = {
+        "master weights": sharded_bytes(a, P, p),
+        "gradients": sharded_bytes(a, P, p),
+        "optimizer state": 2 * sharded_bytes(a, P, p),
+        "rollout weights": a.parameters * c,
+        "kv cache": rows * (job.prompt_tokens + steps) * a.layers * 2 * a.kv_heads * a.head_dim * c,
+        "decode transients": wide_copies * 4 * vd + rows * a.vocab * 4 * 4
+                             + rows * job.prompt_tokens * (3 * a.hidden + 2 * a.intermediate) * c,
+        "soft inputs": rows * steps * a.hidden * 4 if job.continuous else 0,
+        # each row's Gaussian noise, drawn at admission from its own generator (engine.sampling)
+        "row noise": rows * job.cot_tokens * a.hidden * 4 if job.continuous else 0,
+    }
+    mb, T = min(job.micro_batch, rows), job.prompt_tokens + steps
+    per_layer = saved_per_token_layer(a) * c
+    if job.checkpointing:
+        acts = mb * T * (a.layers * a.hidden * c + per_layer)
+    else:
+        acts = mb * T * a.layers * per_layer
+    m["activations"] = acts + mb * T * a.hidden * c * 4
+    # float32 logits of LOGIT_CHUNK_STEPS steps at a time (rloo.rollout_log_probs), recomputed in the backward
+    m["logits"] = mb * min(steps, LOGIT_CHUNK_STEPS) * a.vocab * 4 * (6 if job.continuous else 4)
+    # float32 copies of W (and of E for the mixture, when untied) and their gradients
+    fp32_proj = 0 if c >= 4 else 2 * 4 * vd * (2 if job.continuous and not a.tied else 1)
+    m["gathered weights"] = 2 * (a.root_params + 2 * a.layer_params) * c + fp32_proj
+    held = m["master weights"] + m["optimizer state"] + m["rollout weights"]
+    rollout_phase = m["kv cache"] + m["decode transients"] + m["soft inputs"] + m["row noise"]
+    update_phase = m["gradients"] + m["soft inputs"] + m["activations"] + m["logits"] + m["gathered weights"]
+    m["peak"] = held + max(rollout_phase, update_phase)
+    return m
+
+
+def eval_memory(arch: Architecture, batch: int, prompt_tokens: int, cot_tokens: int, answer_tokens: int,
+                compute_dtype: str = "bfloat16", continuous: bool = True) -> dict[str, float]:
+    a, c = arch, BYTES[compute_dtype]
+    steps = cot_tokens + PREFILL_TOKENS + answer_tokens
+    vd = a.vocab * a.hidden
+    m = {"weights": a.parameters * c,
+         "kv cache": batch * (prompt_tokens + steps) * a.layers * 2 * a.kv_heads * a.head_dim * c,
+         "decode transients": (0 if c >= 4 else (1 + (continuous and not a.tied)) * 4 * vd)
+                              + batch * a.vocab * 4 * 4
+                              + batch * prompt_tokens * (3 * a.hidden + 2 * a.intermediate) * c,
+         # evaluation keeps no fed inputs, only each row's noise (drawn at admission)
+         "row noise": batch * cot_tokens * a.hidden * 4 if continuous else 0}
+    m["peak"] = sum(m.values())
+    return m
+
+
+def loglik_memory(arch: Architecture, batch: int, context_tokens: int, choice_tokens: int = 64,
+                  compute_dtype: str = "bfloat16") -> dict[str, float]:
+    a, c = arch, BYTES[compute_dtype]
+    T = context_tokens + choice_tokens
+    m = {"weights": a.parameters * c,
+         "activations": batch * T * (4 * a.hidden + 2 * a.intermediate) * c + batch * T * a.layers * 2 * a.kv_heads * a.head_dim * c,
+         "logits": batch * choice_tokens * a.vocab * 4 * 2 + (0 if c >= 4 else 4 * a.vocab * a.hidden)}
+    m["peak"] = sum(m.values())
+    return m
+
+
+# ---------------------------------------------------------------- a grid's jobs
+def _arch_of(grid: dict, model: str) -> Architecture:
+    spec = grid["models"][model]
+    return toy_architecture(grid["toy_base"]) if spec["source"] == "toy" else load_architecture(spec["source"])
+
+
+def grid_plan(config: dict, grid_name: str) -> list[dict]:
+    """One row per training cell (its soft/fuzzy runs, the larger) and per evaluated model."""
+    grid = config["grids"][grid_name]
+    plan_cfg = grid.get("memory_plan", {})
+    prompt = int(plan_cfg.get("prompt_tokens", 512))
+    rows = []
+    for cell in grid["training"]:
+        model, dataset = cell["model"], cell["dataset"]
+        rl = cell_rl(config, grid_name, model, dataset)
+        arch = _arch_of(grid, model)
+        job = TrainJob(processes=train_processes(grid, model), rows=rl["prompts_per_step"] * rl["samples_per_prompt"],
+                       micro_batch=rl["micro_batch_size"], prompt_tokens=prompt, cot_tokens=rl["cot_max_tokens"],
+                       answer_tokens=rl["answer_max_tokens"], continuous=bool(set(cell["modes"]) - {"hard"}),
+                       param_dtype=rl["param_dtype"], compute_dtype=rl["compute_dtype"],
+                       checkpointing=bool(rl["activation_checkpointing"]))
+        rows.append({"job": f"train {model}/{dataset}", "gpus": job.processes, "parameters": arch.parameters,
+                     "setting": f"B*G {job.rows}, micro-batch {job.micro_batch}, CoT {job.cot_tokens}"
+                                f"{', checkpointing' if job.checkpointing else ''}",
+                     "memory": train_memory(arch, job)})
+    ev = {**EVAL_DEFAULTS, **grid["evaluation"]}
+    compute = resolved_rl(config, grid_name)["compute_dtype"]
+    for model in ev["models"]:
+        arch = _arch_of(grid, model)
+        rows.append({"job": f"evaluate {model}", "gpus": 1, "parameters": arch.parameters,
+                     "setting": f"batch {ev['batch_size']}, CoT {ev['cot_max_tokens']}",
+                     "memory": eval_memory(arch, ev["batch_size"], prompt, ev["cot_max_tokens"],
+                                           ev["answer_max_tokens"], compute)})
+        if ev.get("ood_benchmarks"):
+            rows.append({"job": f"evaluate_loglik {model}", "gpus": 1, "parameters": arch.parameters,
+                         "setting": f"batch {ev['loglik_batch_size']}",
+                         "memory": loglik_memory(arch, ev["loglik_batch_size"], prompt, compute_dtype=compute)})
+    return rows
+
+
+def plan_table(rows: list[dict], gpu_memory_gb: float | None) -> str:
+    """A markdown table, GB per GPU (1 GB = 1e9 bytes)."""
+    cols = ["master weights", "gradients", "optimizer state", "rollout weights", "kv cache", "activations", "logits"]
+    head = ["job", "GPUs", "params (B)", "setting", *cols, "peak GB", "fits"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        m = r["memory"]
+        weights = m.get("weights")
+        vals = [_gb(m[c]) if c in m else ("" if weights is None or c != "rollout weights" else _gb(weights))
+                for c in cols]
+        fits = "" if gpu_memory_gb is None else ("yes" if m["peak"] <= USABLE_SHARE * gpu_memory_gb * GB else "**no**")
+        lines.append("| " + " | ".join([r["job"], str(r["gpus"]), f"{r['parameters'] / 1e9:.3g}", r["setting"], *vals,
+                                         _gb(m["peak"]), fits]) + " |")
+    return "\n".join(lines)
+
+
+def _gb(n: float) -> str:
+    return f"{n / GB:.1f}" if n >= 0.05 * GB else f"{n / GB:.2g}"
+
+
+class PlanError(ValueError):
+    """A job of the grid cannot fit the GPU memory the grid declares."""
+
+
+def check_plan(config: dict, grid_name: str) -> None:
+    """Stop (before any job starts) if a job's peak exceeds the usable share of the grid's
+    ``memory_plan.gpu_memory_gb``; grids without it (CPU, the toy) are not checked."""
+    grid = config["grids"][grid_name]
+    gpu_gb = grid.get("memory_plan", {}).get("gpu_memory_gb")
+    if not gpu_gb:
+        return
+    too_big = [r for r in grid_plan(config, grid_name) if r["memory"]["peak"] > USABLE_SHARE * gpu_gb * GB]
+    if too_big:
+        lines = [f"{r['job']} on {r['gpus']} GPU(s) ({r['setting']}): {r['memory']['peak'] / GB:.1f} GB per GPU"
+                 for r in too_big]
+        raise PlanError(f"grid {grid_name!r}: {len(too_big)} job(s) do not fit {USABLE_SHARE:.0%} of "
+                        f"{gpu_gb} GB per GPU (memory_plan.gpu_memory_gb):\n  " + "\n  ".join(lines)
+                        + "\nGive the model more GPUs (models.<m>.train_gpus), a smaller micro_batch_size, or "
+                          "activation_checkpointing: true; `softtokens plan` prints every component.")

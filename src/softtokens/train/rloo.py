@@ -1,0 +1,232 @@
+"""RLOO (Appendix A) and the Gaussian log-density of noisy soft inputs (Section 3).
+
+The per-sequence log-probability of a rollout is a sum over its sampled steps:
+- a hard CoT token or an answer token: log softmax(logits / tau)[token]
+- a soft / fuzzy CoT input h~_t: log N(h~_t; h0_t, sigma^2 I) = -||h~_t - h0_t||^2 / (2 sigma^2) + cst,
+  with h0_t = softmax(logits_{t-1} / tau) @ E recomputed with gradients (eq. in Section 3).
+Prefill tokens are forced, not sampled, so they carry no term.
+
+The other noise placements (engine.settings.Placement; docs/ablations.md, "Noise placements") put the Gaussian
+on another quantity m_t, whose density term replaces the embedding's: the final hidden state
+(m = h_t, d dims), the logits (m = W h_t, V dims) or the top-k logits (m = the rollout's k ids
+gathered from W h_t, k dims). Their noise is counter noise, drawn again here rather than stored,
+and the noised value is sg(m_t) + sigma eps_t: the replay's own mean stands for the rollout's
+(they agree to the replay check's argmax test). The term's value is then -||eps||^2 / 2 and its
+gradient eps . dm/dtheta / sigma, the score of the rollout's noise. What the noised value fed next
+(the mixture p @ E) is a recorded constant, as every input is.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+# steps whose float32 logits the update pass holds at once (rollout_log_probs)
+LOGIT_CHUNK_STEPS = 64
+# a CoT step is a near tie when its mixture's second weight is at least this share of its first:
+# top-two logits within tau ln(100) ~ 4.6 tau (docs/findings.md, "Why fuzzy training spikes")
+TIE_RATIO = 1e-2
+
+
+def _float(t: torch.Tensor) -> torch.Tensor:
+    """At least float32 (bf16 logits are upcast; float64 stays float64 for gradient checks)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """A_{b,g} = r_{b,g} - mean_{j != g} r_{b,j} (Appendix A). rewards: (B, G) -> (B, G)."""
+    if rewards.dim() != 2 or rewards.shape[1] < 2:
+        raise ValueError(f"rewards must be (B, G) with G >= 2, got {tuple(rewards.shape)}")
+    g = rewards.shape[1]
+    loo_mean = (rewards.sum(dim=1, keepdim=True) - rewards) / (g - 1)
+    return rewards - loo_mean
+
+
+def gaussian_log_prob(noisy: torch.Tensor, mean: torch.Tensor, sigma: float) -> torch.Tensor:
+    """log N(noisy; mean, sigma^2 I) without its constant: -||noisy - mean||^2 / (2 sigma^2),
+    summed over the last dimension (Section 3, 'Since the noise is Gaussian')."""
+    if sigma <= 0:
+        raise ValueError("the Gaussian log-density needs sigma > 0 (a noiseless soft CoT is not a policy)")
+    diff = _float(noisy) - _float(mean)
+    return -(diff * diff).sum(-1) / (2.0 * sigma * sigma)
+
+
+def token_log_prob(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / tau)[token], in float32. logits: (..., V), tokens: (...)."""
+    scaled = _float(logits) / (temperature if temperature > 0 else 1.0)
+    return torch.log_softmax(scaled, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def rloo_loss(seq_log_probs: torch.Tensor, advantages: torch.Tensor, total_rows: int) -> torch.Tensor:
+    """-(1/BG) sum_{b,g} sg(A_{b,g}) * l_{b,g} (Appendix A). Dividing by the whole batch size,
+    not the micro-batch's, makes gradients accumulated over micro-batches equal the full loss's."""
+    return -(advantages.detach() * seq_log_probs).sum() / total_rows
+
+
+class Replay(NamedTuple):
+    """The update pass's log-probabilities of a rollout batch and how well the replay matched the
+    rollout (docs/engine.md, "Replay consistency"). The last three are sums over the batch's CoT steps."""
+
+    cot: torch.Tensor           # (N,) CoT log-prob, with gradients
+    answer: torch.Tensor        # (N,) answer log-prob, with gradients
+    residual_sum: float         # sum over residual_steps of ||h~ - h0_replay||^2 / (d sigma^2)
+    argmax_mismatches: int      # CoT steps whose rollout argmax token the replay puts > logit_tolerance below its top
+    cot_steps: int              # CoT steps in the batch
+    near_ties: int = 0          # embedding-noise CoT steps whose mixture's 2nd weight is >= TIE_RATIO x its 1st
+    jacobian_max: float = 0.0   # the largest p_(1) p_(2) / tau over them: the softmax Jacobian's top-two scale
+    argmax_flips: int = 0       # CoT steps whose replayed argmax differs from the rollout's at all (near ties too)
+    flip_gap_max: float = 0.0   # the largest (replay's top logit - its logit of the rollout's argmax) over flips
+    residual_steps: int = 0     # CoT steps the residual sums over: those whose replayed argmax is the rollout's
+
+
+def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
+                      vocab_rows: int | None = None, gaussian_scale: float = 1.0, logit_tolerance: float = 0.0) -> Replay:
+    """Per-row (CoT log-prob, answer log-prob) of a recorded rollout, with gradients.
+
+    One teacher-forced forward over [prompt | recorded step inputs]: hard and prefill/answer
+    steps are re-embedded from their token ids (so E gets its usual gradient), continuous CoT
+    steps use the recorded noisy inputs h~ as constants (fed in the model's compute dtype, as
+    the rollout fed them). Hidden states before step s give the distribution that produced step
+    s: logits in float32 (model.head), a token log-prob for hard CoT and answer steps,
+    the Gaussian log-density of the float32 h~_s around h0_s = softmax(logits / tau) @ E (float32)
+    for soft / fuzzy CoT steps. ``gaussian_scale`` multiplies the Gaussian terms (1 = the paper's
+    REINFORCE loss; 1/d weighs them per dimension, see docs/engine.md). A CoT step's argmax counts as a
+    mismatch when the replay's logit of the rollout's argmax token is more than ``logit_tolerance``
+    below the replay's top logit: bf16 forwards flip near ties (docs/gpu.md), a broken replay puts
+    the rollout's token nats below.
+
+    Every weight is read inside this call, so it can run as the forward of a sharded (FSDP)
+    module whose parameters are gathered for exactly that forward."""
+    from softtokens.engine.rollout import ANSWER, COT
+    from softtokens.engine.settings import CONTINUOUS_MODES
+    from softtokens.model.head import float32_weights
+
+    setting = rollout.setting
+    n, steps = rollout.step_ids.shape
+    is_cot = rollout.step_phase == COT
+    is_answer = rollout.step_phase == ANSWER
+    continuous = setting.mode in CONTINUOUS_MODES
+    h = step_hidden(model, rollout)  # h[:, s] produced step s
+    W32, E32 = float32_weights(model, vocab_rows, with_input=continuous)  # one copy when E is tied to W
+    # The (N, S, V) float32 logits never exist at once: each chunk of steps computes its terms and,
+    # under autograd, is recomputed in the backward pass (docs/engine.md, "Rollout engine"). A rollout that
+    # fits one chunk keeps it for the backward instead: the same peak, no recomputation.
+    recompute = torch.is_grad_enabled() and steps > LOGIT_CHUNK_STEPS
+    parts = []
+    for lo in range(0, steps, LOGIT_CHUNK_STEPS):
+        hi = min(lo + LOGIT_CHUNK_STEPS, steps)
+        args = (h[:, lo:hi], W32, E32, rollout.step_ids[:, lo:hi], is_cot[:, lo:hi], is_answer[:, lo:hi],
+                None if not continuous else rollout.noisy_inputs[:, lo:hi],
+                None if rollout.argmax_ids is None else rollout.argmax_ids[:, lo:hi],
+                None if rollout.topk_ids is None else rollout.topk_ids[:, lo:hi],
+                None if rollout.row_keys is None else rollout.row_keys.to(h.device))
+        kw = dict(setting=setting, sigma=sigma, answer_temperature=answer_temperature, gaussian_scale=gaussian_scale,
+                  placement=rollout.placement if continuous else None, first_step=lo, logit_tolerance=logit_tolerance)
+        if recompute:
+            parts.append(checkpoint(_chunk_terms, *args, use_reentrant=False, **kw))
+        else:
+            parts.append(_chunk_terms(*args, **kw))
+    cot_lp = sum(p[0] for p in parts)
+    answer_lp = sum(p[1] for p in parts)
+    embedding_noise = continuous and rollout.placement.where == "embedding"
+    residual_sum = float(sum(p[2] for p in parts)) * (-2.0 / h.shape[-1]) if embedding_noise else 0.0
+    checked = rollout.argmax_ids is not None
+    mismatches = int(sum(p[3] for p in parts)) if checked else 0
+    ties = int(sum(p[4] for p in parts)) if embedding_noise else 0
+    jacobian_max = float(max(p[5] for p in parts)) if embedding_noise else 0.0
+    flips = int(sum(p[6] for p in parts)) if checked else 0
+    gap_max = float(max(p[7] for p in parts)) if checked else 0.0
+    residual_steps = int(sum(p[8] for p in parts)) if embedding_noise else 0
+    return Replay(cot_lp, answer_lp, residual_sum, mismatches, int(is_cot.sum().item()), ties, jacobian_max, flips,
+                  gap_max, residual_steps)
+
+
+def step_hidden(model, rollout) -> torch.Tensor:
+    """(N, S, d) final hidden states of a teacher-forced forward over [prompt | recorded step
+    inputs]: entry s is the state whose logits chose step s. Hard, prefill and answer steps are
+    re-embedded from their token ids (so E gets its usual gradient); continuous CoT steps feed the
+    recorded noisy inputs h~ as constants, in the model's compute dtype, as the rollout fed them."""
+    from softtokens.engine.rollout import COT
+    from softtokens.engine.settings import CONTINUOUS_MODES
+    from softtokens.model.head import decoder_hidden
+
+    emb = model.get_input_embeddings()
+    steps = rollout.step_ids.shape[1]
+    x_steps = emb(rollout.step_ids)
+    if rollout.setting.mode in CONTINUOUS_MODES:
+        is_cot = (rollout.step_phase == COT).unsqueeze(-1)
+        x_steps = torch.where(is_cot, rollout.noisy_inputs.to(x_steps.dtype), x_steps)
+    x = torch.cat([emb(rollout.prompt_ids), x_steps], dim=1)
+    mask = torch.cat([rollout.prompt_mask, torch.ones_like(rollout.step_ids)], dim=1)
+    pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    hidden = decoder_hidden(model, inputs_embeds=x, attention_mask=mask, position_ids=pos)
+    return hidden[:, -(steps + 1):-1]
+
+
+def placement_gaussian(h, logits, placement, sigma: float, row_keys, topk_ids, first_step: int) -> torch.Tensor:
+    """(N, C) Gaussian log-density of the CoT steps first_step.. of a chunk under a hidden or logits
+    placement (module docstring): the noised value sg(m) + sigma eps around the replay's m, eps the
+    rollout's counter noise of (row seed, CoT step). Steps that are not CoT steps are masked by the caller."""
+    from softtokens.engine.noise import counter_normal
+
+    n, c = h.shape[:2]
+    if placement.where == "hidden":
+        mean = _float(h)
+    elif placement.top_k:
+        mean = logits.gather(-1, topk_ids)
+    else:
+        mean = logits
+    steps = torch.arange(first_step, first_step + c, device=h.device).expand(n, c)
+    eps = counter_normal(row_keys.unsqueeze(1).expand(n, c), steps, mean.shape[-1]).to(mean.dtype)
+    return gaussian_log_prob(mean.detach() + sigma * eps, mean, sigma)
+
+
+def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, topk_ids, row_keys, *, setting, sigma,
+                 answer_temperature, gaussian_scale, placement, first_step, logit_tolerance=0.0):
+    """(CoT log-prob, answer log-prob, sum of Gaussian terms over the residual's steps, argmax
+    mismatches, near ties, largest softmax-Jacobian scale, argmax flips, largest flip gap, the
+    residual's steps) of a chunk of steps; near ties and the Jacobian scale only under embedding
+    noise. The residual's steps are the CoT steps whose replayed argmax is the rollout's: at a flip
+    h0 moves to another token's embedding (a fuzzy flip adds ~2 / gamma^2 = 18 to a step's term),
+    which is bf16 noise meeting a near tie, counted by the flips, not a sign of a broken replay."""
+    from softtokens.engine.settings import CONTINUOUS_MODES
+    from softtokens.model.head import output_logits
+
+    logits = output_logits(None, h, weight=W32)  # float32
+    mismatches = flips = gap_max = 0
+    flipped = torch.zeros_like(is_cot)
+    if argmax_ids is not None:
+        z = logits.detach()
+        top = z.max(-1)
+        gap = top.values - z.gather(-1, argmax_ids.unsqueeze(-1)).squeeze(-1)  # >= 0; 0 where they agree
+        flipped = is_cot & (top.indices != argmax_ids)
+        flips = flipped.sum()
+        mismatches = (flipped & (gap > logit_tolerance)).sum()
+        gap_max = torch.where(flipped, gap, 0.0).max()
+    agree = is_cot & ~flipped
+    answer_terms = token_log_prob(logits, step_ids, answer_temperature)
+    answer_lp = torch.where(is_answer, answer_terms, 0.0).sum(-1)
+    gauss_sum = logits.new_zeros(())
+    ties = jacobian_max = logits.new_zeros(())
+    if setting.mode in CONTINUOUS_MODES and placement.where != "embedding":
+        gauss = placement_gaussian(h, logits, placement, sigma, row_keys, topk_ids, first_step)
+        cot_terms = gaussian_scale * gauss
+    elif setting.mode in CONTINUOUS_MODES:
+        probs = torch.softmax(_float(logits) / setting.temperature, dim=-1)
+        gauss = gaussian_log_prob(noisy, probs @ E32, sigma)  # around h0 = softmax(logits / tau) @ E
+        cot_terms = gaussian_scale * gauss
+        # -2 sigma^2 log N / (d sigma^2) = ||h~ - h0||^2 / (d sigma^2): ~1 when the replay's h0 is the rollout's
+        gauss_sum = torch.where(agree, gauss.detach(), 0.0).sum()
+        # d h0 / d logits = (diag p - p p^T) E / tau: near a tie of the top two weights it is ~ p1 p2 / tau
+        # (2500 at tau = 1e-4), elsewhere ~ 0 at a fuzzy temperature; a diagnostic, without gradients
+        top2 = probs.detach().topk(2, dim=-1).values
+        ties = (is_cot & (top2[..., 1] >= TIE_RATIO * top2[..., 0])).sum()
+        jacobian_max = torch.where(is_cot, top2[..., 0] * top2[..., 1], 0.0).max() / setting.temperature
+    elif setting.temperature == answer_temperature:
+        cot_terms = answer_terms  # same distribution: one log-softmax, not two
+    else:
+        cot_terms = token_log_prob(logits, step_ids, setting.temperature)
+    cot_lp = torch.where(is_cot, cot_terms, 0.0).sum(-1)
+    return cot_lp, answer_lp, gauss_sum, mismatches, ties, jacobian_max, flips, gap_max, agree.sum()

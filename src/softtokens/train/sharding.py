@@ -1,0 +1,161 @@
+"""Mixed precision and sharded data parallel for the update pass, on torch's FSDP2 (``fully_shard``).
+
+The policy a run trains is held three ways:
+- master weights in ``param_dtype`` (float32), sharded over the job's processes as DTensors,
+  with their float32 gradients and AdamW state (16 bytes per parameter, divided by the
+  number of processes);
+- during the update pass, each decoder layer's weights gathered in ``compute_dtype`` (bf16 on
+  GPU) for its forward and backward only; gradients are reduce-scattered in float32 and
+  accumulated into the float32 shards, micro-batch after micro-batch;
+- a plain (unsharded) copy of the whole model in ``compute_dtype`` for rollouts and greedy
+  validation, refreshed from the master weights after every optimizer step: one all-gather
+  per tensor per step, never one per decode step. So the rollout of step t sees the update of
+  step t-1, and the decode loop runs on an ordinary module.
+
+Nothing here depends on the number of processes: a lone process shards over a group of one.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from softtokens.model.loading import DTYPES
+from softtokens.train.rloo import Replay, rollout_log_probs
+
+
+class ReplayPolicy(torch.nn.Module):
+    """The update pass as one module call, so that FSDP gathers the root's weights (E, the
+    output head, the final norm) for exactly the call that reads them: the replay forward, the
+    float32 logits, and h0 = softmax(logits / tau) @ E (softtokens.rloo.rollout_log_probs)."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, rollout, sigma: float, answer_temperature: float, vocab_rows: int,
+                gaussian_scale: float, logit_tolerance: float = 0.0) -> Replay:
+        return rollout_log_probs(self.lm, rollout, sigma, answer_temperature, vocab_rows, gaussian_scale,
+                                 logit_tolerance)
+
+
+def decoder_layers(lm) -> list[torch.nn.Module]:
+    """The repeated blocks of a causal LM (Llama, Qwen2: ``model.layers``): one FSDP unit each."""
+    layers = getattr(lm.get_decoder(), "layers", None)
+    if layers is None:
+        raise ValueError(f"{type(lm).__name__}: no decoder.layers to shard")
+    return list(layers)
+
+
+def shard_policy(lm, mesh, compute_dtype: str, param_dtype: str = "float32",
+                 activation_checkpointing: bool = False) -> ReplayPolicy:
+    """Wrap ``lm`` (master weights in ``param_dtype``) for the update pass: one FSDP unit per
+    decoder layer and the root (embeddings, final norm, output head; tied weights stay together).
+
+    Forward inputs are not cast (``cast_forward_inputs=False``): the recorded soft inputs h~ are
+    float32 and the Gaussian term reads them in float32; the replay casts what it feeds."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if DTYPES[param_dtype].itemsize < 4:
+        raise ValueError(f"param_dtype {param_dtype}: master weights below float32 drop AdamW updates "
+                         "(docs/engine.md, 'Precision and sharding')")
+    compute = DTYPES[compute_dtype]
+    mp = MixedPrecisionPolicy(param_dtype=None if compute == DTYPES[param_dtype] else compute,
+                              reduce_dtype=torch.float32 if param_dtype == "float32" else DTYPES[param_dtype],
+                              cast_forward_inputs=False)
+    if activation_checkpointing:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    policy = ReplayPolicy(lm)
+    units = [*decoder_layers(lm), policy]
+    for unit in units:
+        fully_shard(unit, mesh=mesh, mp_policy=mp)
+    for unit in units:  # sum, not average: each process's loss is already divided by the global row count
+        unit.set_gradient_divide_factor(1.0)
+        unit.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
+    return policy
+
+
+def rollout_copy(lm, compute_dtype: str, device: torch.device):
+    """An unsharded copy of ``lm`` for decoding: parameters cast to ``compute_dtype`` (FSDP's
+    mixed precision casts the same way), buffers untouched (RoPE's inv_freq stays float32, as
+    in the update pass)."""
+    plain = copy.deepcopy(lm)
+    for p in plain.parameters():
+        p.data = p.data.to(DTYPES[compute_dtype])
+        p.requires_grad_(False)
+    return plain.to(device).eval()
+
+
+@torch.no_grad()
+def refresh_rollout_weights(policy: ReplayPolicy, plain) -> None:
+    """Copy the current master weights into the rollout copy, in its dtype: each tensor is cast
+    on its shard, then all-gathered (bf16 traffic, half of float32's)."""
+    from torch.distributed.tensor import DTensor
+
+    dst = dict(plain.named_parameters())
+    for name, p in policy.lm.named_parameters():
+        target = dst[name]
+        src = p.to(target.dtype)
+        target.copy_(src.full_tensor() if isinstance(src, DTensor) else src)
+
+
+def full_state_dict(policy: ReplayPolicy) -> dict[str, torch.Tensor]:
+    """The consolidated master weights on CPU, keyed like the plain model's state dict (every
+    process takes part; every process receives it)."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+    )
+
+    sd = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # a tied weight once, under its first name (E), as save_pretrained writes it: gathered copies
+    # no longer share storage, so save_pretrained could not see the tie itself
+    keep = {n for n, _ in policy.lm.named_parameters()} | {n for n, _ in policy.lm.named_buffers()}
+    return {k.removeprefix("lm."): v for k, v in sd.items() if k.removeprefix("lm.") in keep}
+
+
+def save_pretrained_consolidated(policy: ReplayPolicy, out: Path, is_main: bool) -> None:
+    """A ``save_pretrained`` directory of the master weights that plain
+    ``AutoModelForCausalLM.from_pretrained`` loads; collective, the main process writes."""
+    sd = full_state_dict(policy)
+    if is_main:
+        policy.lm.save_pretrained(out, state_dict=sd)
+
+
+def save_optimizer(policy: ReplayPolicy, opt, out: Path) -> None:
+    """AdamW state as a torch.distributed.checkpoint directory: each process writes its shards
+    (collective); it loads back on any number of processes."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    dcp.save({"optimizer": get_optimizer_state_dict(policy, opt)}, checkpoint_id=str(out))
+
+
+def load_optimizer(policy: ReplayPolicy, opt, path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    state = {"optimizer": get_optimizer_state_dict(policy, opt)}  # the template: shapes and shards
+    dcp.load(state, checkpoint_id=str(path))
+    set_optimizer_state_dict(policy, opt, optim_state_dict=state["optimizer"])
+
+
+def local_bytes(tensors) -> int:
+    """Bytes this process holds for ``tensors`` (a DTensor counts its local shard)."""
+    from torch.distributed.tensor import DTensor
+
+    total = 0
+    for t in tensors:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        total += local.numel() * local.element_size()
+    return total
+
+
+def optimizer_state_tensors(opt) -> list[torch.Tensor]:
+    """The tensors of AdamW's state that scale with the model (exp_avg, exp_avg_sq)."""
+    return [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0]

@@ -1,0 +1,102 @@
+"""The update pass of one RLOO step: the loss of this process's rollouts, micro-batch by
+micro-batch, into the gradients, and the checks that the pass scored the rollouts it was given
+(the replay of a soft / fuzzy rollout must reproduce its inputs, or the gradient is not the
+policy gradient of those rollouts; docs/engine.md, "Replay consistency")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from softtokens.train.rloo import rloo_loss
+
+
+class ReplayMismatch(RuntimeError):
+    """The update pass does not see the rollout it is meant to score."""
+
+
+class NonFiniteUpdate(RuntimeError):
+    """A step's loss or gradient is NaN or infinite: the update is not applied."""
+
+
+# fields reduced by maximum over processes; every other is summed
+_MAX_FIELDS = ("jacobian_max", "flip_gap_max")
+
+
+@dataclass
+class UpdateSums:
+    """What the update pass measured, summed over micro-batches (and processes, after ``over``)."""
+
+    loss: float = 0.0
+    cot_lp: float = 0.0
+    answer_lp: float = 0.0
+    residual: float = 0.0
+    residual_steps: float = 0.0
+    mismatches: float = 0.0
+    cot_steps: float = 0.0
+    near_ties: float = 0.0
+    flips: float = 0.0
+    jacobian_max: float = 0.0
+    flip_gap_max: float = 0.0
+
+    def add(self, loss: torch.Tensor, replay) -> None:
+        self.loss += loss.item()
+        self.cot_lp += replay.cot.detach().sum().item()
+        self.answer_lp += replay.answer.detach().sum().item()
+        self.residual += replay.residual_sum
+        self.residual_steps += replay.residual_steps
+        self.mismatches += replay.argmax_mismatches
+        self.cot_steps += replay.cot_steps
+        self.near_ties += replay.near_ties
+        self.flips += replay.argmax_flips
+        self.jacobian_max = max(self.jacobian_max, replay.jacobian_max)
+        self.flip_gap_max = max(self.flip_gap_max, replay.flip_gap_max)
+
+    def over(self, dp) -> "UpdateSums":
+        """Every process's sums together (``dp``: train.distributed.DataParallel)."""
+        summed = [f.name for f in fields(self) if f.name not in _MAX_FIELDS]
+        totals = dict(zip(summed, dp.sum([getattr(self, k) for k in summed])))
+        totals.update(zip(_MAX_FIELDS, dp.max([getattr(self, k) for k in _MAX_FIELDS])))
+        return UpdateSums(**totals)
+
+
+def accumulate_gradients(policy, rollout, adv: torch.Tensor, rows: int, cfg, sigma: float, vocab_rows: int,
+                         gaussian_scale: float) -> UpdateSums:
+    """The RLOO loss of this process's rows into the gradients, divided by the global row count
+    ``rows``; FSDP reduce-scatters in float32 into the float32 gradient shards."""
+    policy.train()
+    sums = UpdateSums()
+    for start in range(0, len(adv), cfg.micro_batch_size):
+        idx = slice(start, min(len(adv), start + cfg.micro_batch_size))
+        replay = policy(rollout.rows(idx), sigma, cfg.answer_temperature, vocab_rows, gaussian_scale,
+                        cfg.replay_logit_tolerance)
+        loss = rloo_loss(replay.cot + replay.answer, adv[idx], rows)
+        loss.backward()
+        sums.add(loss, replay)
+    return sums
+
+
+def check_replay(cfg, step: int, sums: UpdateSums) -> dict:
+    """Replay residual (soft / fuzzy: mean of ||h~ - h0_replay||^2 / (d sigma^2) over the CoT steps
+    whose replayed argmax is the rollout's, ~1 when the teacher-forced replay reproduces the cached
+    rollout) and the share of CoT steps whose rollout argmax the replay puts more than
+    replay_logit_tolerance below its top; a step past the bounds is not applied."""
+    continuous = cfg.cot_setting.mode != "hard"
+    residual = sums.residual / sums.residual_steps if continuous and sums.residual_steps else None
+    mismatch = sums.mismatches / sums.cot_steps if sums.cot_steps else 0.0
+    problems = []
+    if residual is not None and residual > cfg.replay_residual_max:
+        problems.append(f"replay residual {residual:.4f} > replay_residual_max {cfg.replay_residual_max}")
+    if mismatch > cfg.replay_argmax_mismatch_max:
+        problems.append(f"argmax mismatch (the rollout's token > {cfg.replay_logit_tolerance} nats below the "
+                        f"replay's top) {mismatch:.2%} of CoT steps > replay_argmax_mismatch_max "
+                        f"{cfg.replay_argmax_mismatch_max:.2%}")
+    if problems:
+        raise ReplayMismatch(
+            f"step {step + 1}: the update pass does not reproduce the rollout it scores ({'; '.join(problems)}; "
+            f"compute_dtype {cfg.compute_dtype}, {int(sums.cot_steps)} CoT steps). The gradient would not be the "
+            "policy gradient of the rollouts: the step was not applied. See docs/engine.md, 'Replay consistency'.")
+    return {"replay_residual": residual, "replay_argmax_mismatch": mismatch,
+            "replay_argmax_flips": sums.flips / sums.cot_steps if sums.cot_steps else 0.0,  # near ties included
+            "replay_flip_gap_max": sums.flip_gap_max}
