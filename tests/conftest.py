@@ -26,6 +26,15 @@ from softtokens.model.toy import (
 FAULTS = Path(__file__).resolve().parent / "faults"
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """A command run in process (cli.main) or a Trainer sets torch's thread count for the process;
+    the tests after it must not inherit it (a float32 sum's order, hence its last bits, follows it)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def fault_env(fault: str, environ: dict | None = None) -> dict:
     """Environment for a child process (and everything it starts) in which training meets ``fault``
     (tests/faults/sitecustomize.py: crash_at_step=N, crash_in_save=N)."""
