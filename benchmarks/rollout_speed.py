@@ -30,7 +30,6 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -42,6 +41,7 @@ from softtokens.engine.cot import CotEngine
 from softtokens.engine.reference import ReferenceCotEngine
 from softtokens.engine.rollout import DONE
 from softtokens.engine.settings import INFERENCE_SETTINGS
+from softtokens.gpucheck.measure import copy_bandwidth, timed
 from softtokens.model.loading import DTYPES
 from softtokens.model.toy import _segments, build_toy_tokenizer, train_toy_tokenizer
 
@@ -54,19 +54,6 @@ ARCHITECTURES = {
     "llama-3.2-3b": dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
                          num_key_value_heads=8, rope_theta=500000.0, vocab=128256),
 }
-
-
-def sync(dev):
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(fn, dev) -> float:
-    sync(dev)
-    t = time.perf_counter()
-    fn()
-    sync(dev)
-    return time.perf_counter() - t
 
 
 def tokenizer_with_vocab(rows, vocab: int):
@@ -281,11 +268,7 @@ def gpu_bound(a, dev) -> dict:
     model = random_llama(arch, tok, a.dtype, dev)
     engine = CotEngine(model, tok)
     prompts = [format_prompt(r["question"]) for r in rows["test"]][: a.batch]
-    buf = torch.empty(2 ** 30, dtype=torch.uint8, device=dev)
-    dst = torch.empty_like(buf)
-    copy = statistics.median(timed(lambda: dst.copy_(buf), dev) for _ in range(10))
-    bandwidth = 2 * buf.numel() / copy  # read + write
-    buf = dst = None  # freed before the timed rollouts
+    bandwidth = copy_bandwidth(dev)  # read + write
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     cfg = model.config
     head_dim = cfg.hidden_size // cfg.num_attention_heads
