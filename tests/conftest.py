@@ -122,3 +122,24 @@ def stepwise(model, rollout, i):
             inputs.append(rollout.noisy_inputs[i, s].unsqueeze(0).to(emb.weight.dtype))
         else:
             inputs.append(emb(tok.view(1)))
+
+
+@pytest.fixture(scope="session")
+def tiny_dag(tmp_path_factory):
+    """The tiny toy DAG run once to the end with a real `snakemake`, shared by the end-to-end test
+    and the fault scenarios (each of which works on a copy): the one ~100 s run of the suite."""
+    import copy
+
+    import yaml
+    from test_workflow import ROOT, TINY, snakemake, tiny_args
+
+    d = tmp_path_factory.mktemp("dag")
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    grid = copy.deepcopy(config["grids"]["toy"])
+    grid.update(copy.deepcopy(TINY))
+    grid["rl"] = {**grid["rl"], "steps": 4, "resume_save_minutes": 0}  # a resume state after every step
+    config["grids"] = {"toy": grid}
+    (d / "tiny.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(*tiny_args(d), "--cores", "2")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return d

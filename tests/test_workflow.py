@@ -1,10 +1,10 @@
 """The DAG itself: dry-run plans, lint, and the whole toy pipeline at the smallest scale (how each job
 is configured is Python, tested in tests/test_jobs.py)."""
 
-import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +21,11 @@ def snakemake(*args, cwd=ROOT, timeout=600, env=None):
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **(env or {})}
     return subprocess.run([str(BIN / "snakemake"), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
+
+
+def tiny_args(d: Path) -> list[str]:
+    """Snakemake's arguments for the tiny DAG in ``d`` (its config: d/tiny.yaml)."""
+    return ["-d", str(d), "-s", str(ROOT / "Snakefile"), "--configfile", str(d / "tiny.yaml")]
 
 
 def job_counts(proc) -> dict:
@@ -153,18 +158,9 @@ TINY = {
 
 
 @pytest.mark.slow
-def test_tiny_dag_end_to_end(tmp_path):
-    config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    grid = copy.deepcopy(config["grids"]["toy"])
-    grid.update(copy.deepcopy(TINY))
-    config["grids"] = {"toy": grid}
-    cfg = tmp_path / "tiny.yaml"
-    cfg.write_text(yaml.safe_dump(config))
-    args = ["-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(cfg)]
-
-    proc = snakemake(*args, "--cores", "2")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    res = tmp_path / "results" / "toy"
+def test_tiny_dag_end_to_end(tiny_dag, tmp_path):
+    args = tiny_args(tiny_dag)
+    res = tiny_dag / "results" / "toy"
     for p in ("tables/main.md", "tables/main.tex", "tables/main.csv", "tables/settings_toyarith.md",
               "figures/training_toy_toyarith.png", "figures/entropy_toy_toyarith_toyarith.png",
               "figures/passk_toy_toyarith_toyarith.png",
@@ -189,7 +185,7 @@ def test_tiny_dag_end_to_end(tmp_path):
     assert "toychoice Accuracy" in ood and "toychoice NLL Correct" in ood and "toyarith fuzzy" in ood
 
     # the audit walks the table back to the data, and every link holds
-    audit = subprocess.run([str(BIN / "softtokens"), "audit", "results/toy/tables/main.md"], cwd=tmp_path,
+    audit = subprocess.run([str(BIN / "softtokens"), "audit", "results/toy/tables/main.md"], cwd=tiny_dag,
                            capture_output=True, text=True)
     assert audit.returncode == 0, audit.stdout
     for stage in ("[tables]", "[evaluate]", "[select_checkpoint]", "[train]", "[build_toy_base]", "[prepare_data]"):
@@ -203,16 +199,43 @@ def test_tiny_dag_end_to_end(tmp_path):
     assert (ledger.gpu_hours == 0).all() and (ledger.wall_s > 0).all()
     # one table cell back to its data, seed file by seed file
     cell = subprocess.run([str(BIN / "softtokens"), "audit", "results/toy/tables/main.md", "--row", "toy toyarith hard",
-                           "--column", "toyarith Greedy pass@1"], cwd=tmp_path, capture_output=True, text=True)
+                           "--column", "toyarith Greedy pass@1"], cwd=tiny_dag, capture_output=True, text=True)
     assert cell.returncode == 0, cell.stdout + cell.stderr
     assert "chain intact" in cell.stdout and "[build_toy_base]" in cell.stdout and "[prepare_data]" in cell.stdout
-    # Snakemake's own report of the run
+    # Snakemake's own report of the run: every table as an HTML page (shown inline, not a CSV link)
     proc = snakemake(*args, "--report", str(tmp_path / "report.html"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / "report.html").stat().st_size > 10_000
+    page = (tmp_path / "report.html").read_text()
+    for table in ("main.html", "settings_toyarith.html", "ood.html"):
+        assert table in page, table
+    assert "<table" in (res / "tables/main.html").read_text()
 
-    # nothing left to do; deleting one evaluation remakes it and what depends on it, nothing else
+    # every training run streamed its scalars to TensorBoard, read back with TensorBoard's own reader
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for arm in ("hard", "fuzzy"):
+        acc = EventAccumulator(str(res / f"runs/toy/toyarith/{arm}/seed0/tensorboard"))
+        acc.Reload()
+        tags = set(acc.Tags()["scalars"])
+        assert {"reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio",
+                "entropy", "cot/effective_tokens", "grad_norm", "learning_rate", "perf/rollout_tokens_per_s",
+                "perf/step_time_s", "reward/frac_100_correct", "reward/grading_timeouts",
+                "val/greedy_accuracy"} <= tags, tags
+        assert [e.step for e in acc.Scalars("reward")] == [1, 2, 3, 4]
+        assert ("replay/residual" in tags) == (arm == "fuzzy")
+
+    # one screen for the grid, from the results directory only
+    status = subprocess.run([str(BIN / "softtokens"), "status", "--config", "tiny.yaml"], cwd=tiny_dag,
+                            capture_output=True, text=True)
+    assert status.returncode == 0, status.stderr
+    assert "training runs 2: 2 done, 0 running, 0 failed, 0 pending" in status.stdout
+    assert "evaluate files" in status.stdout and "6: 6 done, 0 running, 0 failed, 0 pending" in status.stdout
+    assert "3: 3 done" in status.stdout  # out-of-domain: base and both runs
+
+    # nothing left to do; deleting one evaluation (of a copy) remakes it and what depends on it, nothing else
     assert job_counts(snakemake(*args, "-n")) == {}
+    shutil.copytree(tiny_dag, tmp_path / "dag", symlinks=True)
+    args, res = tiny_args(tmp_path / "dag"), tmp_path / "dag" / "results" / "toy"
     (res / "eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json").unlink()
     counts = job_counts(snakemake(*args, "-n"))
     assert counts == {"evaluate": 1, "tables": 1, "figures": 1, "reproduction_report": 1, "all": 1, "total": 5}, counts

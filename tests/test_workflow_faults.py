@@ -2,7 +2,6 @@
 after it fails): each scenario on a copy of one finished tiny toy DAG, with a real `snakemake`.
 docs/reliability.md lists them with their outcomes."""
 
-import copy
 import json
 import os
 import shutil
@@ -13,30 +12,20 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import fault_env
-from test_workflow import BIN, ROOT, TINY, snakemake
+from test_workflow import BIN, ROOT, snakemake, tiny_args
 
 RUN = "results/toy/runs/toy/toyarith/hard/seed0"
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """The tiny toy DAG, run once to the end."""
-    d = tmp_path_factory.mktemp("dag")
-    config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    grid = copy.deepcopy(config["grids"]["toy"])
-    grid.update(copy.deepcopy(TINY))
-    grid["rl"] = {**grid["rl"], "steps": 4, "resume_save_minutes": 0}  # a resume state after every step
-    config["grids"] = {"toy": grid}
-    (d / "tiny.yaml").write_text(yaml.safe_dump(config))
-    proc = snakemake(*_args(d), "--cores", "2")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return d
+@pytest.fixture
+def finished(tiny_dag):
+    """The tiny toy DAG, run once to the end (conftest.tiny_dag: 4 steps, a resume state after each)."""
+    return tiny_dag
 
 
 def _args(d: Path) -> list[str]:
-    return ["-d", str(d), "-s", str(ROOT / "Snakefile"), "--configfile", str(d / "tiny.yaml")]
+    return tiny_args(d)
 
 
 def _copy(finished: Path, tmp_path: Path) -> Path:
@@ -73,7 +62,8 @@ def test_an_interrupted_retrain_leaves_nothing_resting_on_a_deleted_checkpoint(f
     still audits to intact links, and the run's attempts are numbered on (1, 2; the rerun 3)."""
     d = _copy(finished, tmp_path)
     before = (d / RUN / "metrics.jsonl").read_bytes()
-    proc = snakemake(*_args(d), "--cores", "1", "--forcerun", "train", f"{RUN}/metrics.jsonl",
+    # the target first (--configfile and --forcerun take every word after them): only this run retrains
+    proc = snakemake(f"{RUN}/metrics.jsonl", *_args(d), "--cores", "1", "--forcerun", "train",
                      env=fault_env("crash_at_step=2"))
     assert proc.returncode != 0 and "injected crash" in proc.stdout + proc.stderr
     assert (d / RUN / "metrics.jsonl").read_bytes() == before and (d / RUN / "checkpoints/best").is_dir()
@@ -82,7 +72,7 @@ def test_an_interrupted_retrain_leaves_nothing_resting_on_a_deleted_checkpoint(f
     assert audit.returncode == 0, audit.stdout[-3000:]
     attempts = [json.loads(x) for x in (d / RUN / "attempts.jsonl").read_text().splitlines()]
     assert [a["attempt"] for a in attempts] == [1, 2]
-    proc = snakemake(*_args(d), "--cores", "1", "--forcerun", "train", f"{RUN}/metrics.jsonl")
+    proc = snakemake(f"{RUN}/metrics.jsonl", *_args(d), "--cores", "1", "--forcerun", "train")
     assert proc.returncode == 0, proc.stderr[-3000:]
     attempts = [json.loads(x) for x in (d / RUN / "attempts.jsonl").read_text().splitlines()]
     assert [a["attempt"] for a in attempts] == [1, 2, 3] and attempts[-1]["resumed_from_step"] == 2

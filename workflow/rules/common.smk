@@ -79,8 +79,8 @@ def output_parent(wildcards, output):
 
 
 def reported(files, category, caption, **labels):
-    """Files marked for `snakemake --report` (the CSV of a table, the PNG of a figure)."""
-    marked = (".csv", ".png")
+    """Files marked for `snakemake --report` (the HTML of a table, shown inline; the PNG of a figure)."""
+    marked = (".html", ".png")
     return [report(f, category=category, caption=f"../report/{caption}", labels=labels or None)
             if f.endswith(marked) else f for f in files]
 

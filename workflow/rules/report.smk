@@ -5,8 +5,9 @@ rule tables:
     output:
         md=JOBS.table_targets("md"),
         tex=JOBS.table_targets("tex"),
-        csv=[reported([f], "Tables", f"table_{Path(f).stem.split('_')[0]}.rst", table=Path(f).stem)[0]
-             for f in JOBS.table_targets("csv")],
+        csv=JOBS.table_targets("csv"),
+        html=[reported([f], "Tables", f"table_{Path(f).stem.split('_')[0]}.rst", table=Path(f).stem)[0]
+              for f in JOBS.table_targets("html")],
         cells=JOBS.table_targets(paths.CELLS_EXT),
     params:
         settings=JOBS.report_settings(),

@@ -8,10 +8,13 @@ rule train:
         # forced retrain that fails leaves the previous run (and what rests on it) whole (docs/reliability.md)
         metrics=update(f"{RUN}/{paths.METRICS}"),
         checkpoints=update(directory(f"{RUN}/{paths.CHECKPOINTS}")),
+        # TensorBoard event files (train.telemetry); live in {state_dir}/tensorboard while it trains
+        tensorboard=update(directory(f"{RUN}/{paths.TENSORBOARD}")),
     params:
         expect=lambda w: JOBS.train_expect(w.model, w.dataset),
         settings=lambda w: JOBS.train_settings(w.model, w.dataset, w.arm, w.seed),
         base=lambda w: JOBS.model_source(w.model),
+        logging=JOBS.logging_settings(),
         # resume state: not a declared output, so Snakemake keeps it when a job fails
         state_dir=f"{RUN}/{paths.RESUME}",
         processes=processes,
@@ -29,4 +32,4 @@ rule train:
     benchmark:
         bench_of("train", RUN_JOB)
     shell:
-        "python -m softtokens train --processes {params.processes} --settings {params.settings:q} {params.expect} --base {params.base} --train {input.train} --validation {input.validation} --state-dir {params.state_dir} --checkpoints {output.checkpoints} --metrics {output.metrics} --threads {threads} 2>&1 | (trap '' TERM INT USR1; tee -a {params.attempts_log} > {log}); mv {params.attempts_log} {log}"
+        "python -m softtokens train --processes {params.processes} --settings {params.settings:q} {params.expect} --base {params.base} --train {input.train} --validation {input.validation} --state-dir {params.state_dir} --checkpoints {output.checkpoints} --metrics {output.metrics} --tensorboard {output.tensorboard} --logging {params.logging:q} --threads {threads} 2>&1 | (trap '' TERM INT USR1; tee -a {params.attempts_log} > {log}); mv {params.attempts_log} {log}"

@@ -68,3 +68,18 @@ def model_to_evaluate(a) -> tuple[str, dict]:
             raise SystemExit(f"error: {err}") from None
         return model_path, {"selected": a.selected, "checkpoint": model_path}
     return a.model, ({"base_model": a.model} if Path(a.model).exists() else {})
+
+
+def grid_config(a) -> tuple[dict, str]:
+    """The checked config of ``--config`` and the grid ``--grid`` names (default: the config's)."""
+    from softtokens.data.sources import loader_kind
+    from softtokens.run.config import ConfigError, load_config
+
+    try:
+        config = load_config(a.config, loader_kind)
+    except ConfigError as err:
+        raise SystemExit(str(err)) from None
+    grid = a.grid or config["grid"]
+    if grid not in config["grids"]:
+        raise SystemExit(f"no grid {grid!r} in {a.config} (grids: {', '.join(config['grids'])})")
+    return config, grid

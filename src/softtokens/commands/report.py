@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from softtokens.commands.common import parse_settings
+from softtokens.commands.common import grid_config, parse_settings
 
 
 def cmd_tables(a) -> None:
@@ -36,6 +36,13 @@ def cmd_report(a) -> None:
         print(f"{c.summary():<26} {c.statement}")
 
 
+def cmd_status(a) -> None:
+    from softtokens.report.status import grid_status, status_text
+
+    config, grid = grid_config(a)
+    print(status_text(grid_status(config, grid)))
+
+
 def cmd_audit(a) -> int:
     from softtokens.run.provenance import audit
 
@@ -57,6 +64,12 @@ def cmd_audit(a) -> int:
 
 
 def register(sub) -> None:
+    c = sub.add_parser("status", help="every run and evaluation of a grid: state, step, reward, ETA, GPU-hours "
+                                      "(from the results directory only: works on a login node while Snakemake runs)")
+    c.add_argument("--config", default="config.yaml")
+    c.add_argument("--grid", default=None, help="default: the config's `grid`")
+    c.set_defaults(func=cmd_status)
+
     c = sub.add_parser("tables", help="tables of mean ± std over seeds (md, tex, csv)")
     c.add_argument("--settings", required=True)
     c.add_argument("--out-dir", required=True)

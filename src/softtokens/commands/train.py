@@ -8,7 +8,12 @@ import os
 import socket
 from pathlib import Path
 
-from softtokens.commands.common import add_expect, check_expected, parse_settings
+from softtokens.commands.common import (
+    add_expect,
+    check_expected,
+    grid_config,
+    parse_settings,
+)
 
 # set by torchrun / accelerate in each process they start: the job is already distributed
 LAUNCHED = ("LOCAL_RANK", "RANK")
@@ -60,12 +65,16 @@ def cmd_train(a) -> None:
                                           **({"base_model": a.base} if base_is_path else {})},
                       seeds={"seed": cfg.seed}, params=s)
     prov.expected = expected
-    trainer = Trainer(cfg, a.base, read_jsonl(a.train), read_jsonl(a.validation), Path(a.state_dir), a.threads)
+    from softtokens.run.config import LOGGING_DEFAULTS
+
+    logging = None if a.tensorboard is None else {**LOGGING_DEFAULTS, **json.loads(a.logging or "{}")}
+    trainer = Trainer(cfg, a.base, read_jsonl(a.train), read_jsonl(a.validation), Path(a.state_dir), a.threads,
+                      logging=logging, run_name=Path(a.metrics).parent.as_posix())
     if not base_is_path:  # a hub id: record the commit whose weights were loaded
         prov.add_external("base_model", f"{a.base}@{trainer.base_revision or 'unknown revision'}")
     trainer.run()
     attempts = trainer.attempts()
-    trainer.finish(Path(a.checkpoints), Path(a.metrics))
+    trainer.finish(Path(a.checkpoints), Path(a.metrics), None if a.tensorboard is None else Path(a.tensorboard))
     if not trainer.dp.is_main:
         return  # the main process writes the outputs and their provenance
     extra = {"attempts": attempts, "embedding_scale": trainer.embedding_scale, "sigma": trainer.sigma,
@@ -92,21 +101,9 @@ def cmd_select(a) -> None:
     print(json.dumps(chosen))
 
 
-def _config(a) -> tuple[dict, str]:
-    from softtokens.data.sources import loader_kind
-    from softtokens.run.config import ConfigError, load_config
-
-    try:
-        config = load_config(a.config, loader_kind)
-    except ConfigError as err:
-        raise SystemExit(str(err)) from None
-    grid = a.grid or config["grid"]
-    if grid not in config["grids"]:
-        raise SystemExit(f"no grid {grid!r} in {a.config} (grids: {', '.join(config['grids'])})")
-    return config, grid
-
-
 def cmd_plan(a) -> None:
+    from softtokens.report.forecast import forecast_text, load_throughput
+    from softtokens.report.page import our_tables
     from softtokens.train.plan import (
         USABLE_SHARE,
         PlanError,
@@ -115,11 +112,13 @@ def cmd_plan(a) -> None:
         plan_table,
     )
 
-    config, grid = _config(a)
+    config, grid = grid_config(a)
     gpu_gb = config["grids"][grid].get("memory_plan", {}).get("gpu_memory_gb")
     print(f"grid {grid}: GB (1e9 bytes) per GPU; "
           + (f"fits = peak <= {USABLE_SHARE:.0%} of {gpu_gb} GB" if gpu_gb else "no GPU memory declared (not checked)"))
     print(plan_table(grid_plan(config, grid), gpu_gb))
+    benchmarks = config["grids"][grid]["evaluation"].get("benchmarks", [])
+    print(forecast_text(config, grid, load_throughput(a.throughput), a.nodes, a.gpus_per_node, our_tables(benchmarks)))
     try:
         check_plan(config, grid)
     except PlanError as e:
@@ -132,7 +131,7 @@ def cmd_config(a) -> None:
 
     from softtokens.run.config import PAPER_RL, cell_rl
 
-    config, grid = _config(a)
+    config, grid = grid_config(a)
     cells = {}
     for c in config["grids"][grid]["training"]:
         name = "/".join(filter(None, (c["model"], c["dataset"], c.get("variant"))))
@@ -148,6 +147,12 @@ def register(sub) -> None:
     for arg in ("--settings", "--base", "--train", "--validation", "--state-dir", "--checkpoints", "--metrics"):
         c.add_argument(arg, required=True)
     c.add_argument("--threads", type=int, default=1)
+    c.add_argument("--tensorboard", default=None,
+                   help="where the finished run's TensorBoard event files go (they stream into the resume state "
+                        "while it trains); without it none are written")
+    c.add_argument("--logging", default=None,
+                   help="the config's `logging` block as JSON (wandb / trackio mirror, validation samples); "
+                        "keys not given take the schema's defaults")
     c.add_argument("--processes", type=int, default=1,
                    help="FSDP processes, one per GPU: above 1 the command starts itself under `accelerate launch`")
     c.set_defaults(func=cmd_train)
@@ -164,4 +169,10 @@ def register(sub) -> None:
         c.add_argument("--grid", default=None, help="default: the config's `grid`")
         if name == "config":
             c.add_argument("--full", action="store_true", help="every setting, not only those off the paper's")
+        else:
+            c.add_argument("--throughput", default=None,
+                           help="a gpu-check report (JSON) whose measured rates the cost forecast uses; default: "
+                                "the H100 one in benchmarks/results/ (report.forecast.DEFAULT)")
+            c.add_argument("--nodes", type=int, default=1, help="nodes the wall-clock forecast assumes")
+            c.add_argument("--gpus-per-node", type=int, default=8)
         c.set_defaults(func=func)

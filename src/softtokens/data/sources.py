@@ -27,6 +27,11 @@ class DropRow(Exception):
     """A raw row with no usable answer; the message is the reason it is counted under."""
 
 
+# questions in each paper loader's test set, as the paper (and these loaders) evaluate it: the
+# reproduction's standard errors and the cost forecast (report.forecast) count them
+TEST_SIZES = {"gsm8k": 1319, "math500": 500, "olympiadbench": 675, "hellaswag": 10042, "arc": 1172, "mmlu": 14042}
+
+
 def _gsm8k_gold(answer: str) -> str:
     if "####" not in answer:
         raise DropRow("no '####' in answer")

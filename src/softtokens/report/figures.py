@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.report.tables import MODE_ORDER, SETTING_ORDER
+from softtokens.report.tables import MODE_ORDER
 from softtokens.run import paths
 from softtokens.run.files import atomic_path
 from softtokens.run.paths import parse_eval_path, parse_run_path
@@ -20,6 +20,10 @@ from softtokens.run.provenance import Provenance
 # ---------------------------------------------------------------- figures
 # one colour per training mode in every figure (seaborn's colour-blind palette; the base model grey)
 MODE_COLOURS = {"none": "#7f7f7f", "hard": "#0173b2", "fuzzy": "#de8f05", "soft": "#029e73"}
+# one line style per seed: solid, dashed, dotted, dash-dot (matplotlib dash patterns)
+SEED_DASHES = ["", (4, 2), (1, 1.5), (5, 1.5, 1, 1.5)]
+# greedy pass@1 triangles at k = 1, side by side: each training mode's offset in log2(k)
+GREEDY_DODGE = 0.09
 
 
 def _save_fig(fig, path: Path, prov: Provenance) -> None:
@@ -65,13 +69,18 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
         train["success (%)"] = 100 * train["frac_correct"]
         train["smoothed"] = train.groupby(["train_mode", "seed"])["success (%)"].transform(
             lambda s: s.rolling(max(1, len(s) // 10), min_periods=1).mean())
-        sns.lineplot(train, x="step", y="smoothed", hue="train_mode", units="seed", estimator=None, ax=axes[0],
-                     palette=MODE_COLOURS, hue_order=[m for m in MODE_ORDER if m in set(train.train_mode)], legend=False)
+        # one colour per training mode, one line style per seed (SEED_DASHES), as the paper draws its runs
+        train["seed"], val = train["seed"].astype(str), sub[sub.kind == "validation"].copy()
+        val["seed"] = val["seed"].astype(str)
+        seeds = sorted(set(train.seed) | set(val.seed), key=int)
+        dashes = {sd: SEED_DASHES[i % len(SEED_DASHES)] for i, sd in enumerate(seeds)}
+        sns.lineplot(train, x="step", y="smoothed", hue="train_mode", style="seed", dashes=dashes,
+                     style_order=seeds, estimator=None, ax=axes[0], palette=MODE_COLOURS,
+                     hue_order=[m for m in MODE_ORDER if m in set(train.train_mode)], legend=False)
         axes[0].set(title="(a) training success (rolling mean)", xlabel="RL step", ylabel="correct rollouts (%)")
-        val = sub[sub.kind == "validation"].copy()
         val["greedy validation (%)"] = 100 * val["val_greedy_accuracy"]
-        sns.lineplot(val, x="step", y="greedy validation (%)", hue="train_mode", units="seed", estimator=None,
-                     marker="o", ax=axes[1], palette=MODE_COLOURS,
+        sns.lineplot(val, x="step", y="greedy validation (%)", hue="train_mode", style="seed", dashes=dashes,
+                     style_order=seeds, estimator=None, marker="o", ax=axes[1], palette=MODE_COLOURS,
                      hue_order=[m for m in MODE_ORDER if m in set(val.train_mode)])
         axes[1].set(title="(b) greedy validation (model selection)", xlabel="RL step")
         for ax in axes:
@@ -98,22 +107,7 @@ def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Pa
                         if h is not None and res["entropy_count"][pos] >= 5])
     if not ent.empty:
         for (model, dataset, bench), sub in figure_groups(ent):
-            settings_present = [s for s in SETTING_ORDER if s in set(sub.setting)]
-            fig, axes = plt.subplots(1, len(settings_present), figsize=(3.2 * len(settings_present), 3), sharex=True,
-                                     sharey=True, squeeze=False)
-            for ax, setting in zip(axes[0], settings_present):
-                s = sub[sub.setting == setting]
-                sns.lineplot(s, x="position", y="entropy", hue="train_mode", units="seed", estimator=None,
-                             alpha=0.7, ax=ax, palette=palette, hue_order=[m for m in MODE_ORDER if m in set(s.train_mode)],
-                             legend=ax is axes[0][0])
-                ax.set(title=setting.replace("_", " "), xlabel="CoT position (token)", ylabel="entropy (nats)")
-                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            handles, labels = axes[0][0].get_legend_handles_labels()
-            if axes[0][0].get_legend() is not None:
-                axes[0][0].get_legend().remove()
-            if handles:  # right of the last panel, off the data
-                axes[0][-1].legend(handles, labels, title="training", fontsize="small", loc="upper left",
-                                   bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+            fig = entropy_figure(plt, sns, sub, palette)
             fig.suptitle(f"CoT entropy of {model} trained on {dataset} ({bench}; none = base model)", y=1.04)
             _save_fig(fig, out_dir / f"{paths.figure_name('entropy', model, dataset, bench)}.png", prov)
             plt.close(fig)
@@ -126,6 +120,36 @@ def figure_groups(df: pd.DataFrame):
     for (model, bench), sub in df.groupby(["model", "benchmark"], sort=True):
         for dataset in sorted(set(sub.train_dataset) - {"none"}) or ["base"]:
             yield (model, dataset, bench), sub[sub.train_dataset.isin([dataset, "none"])]
+
+
+def entropy_figure(plt, sns, sub: pd.DataFrame, palette: dict):
+    """CoT entropy by position: one panel per inference setting (rows greedy / sample, columns the
+    CoT mode), each training mode's mean over seeds with its sd band, the base model dashed black on
+    top (never hidden under the trained runs)."""
+    cols = [m for m in ("hard", "fuzzy", "soft") if {f"{m}_greedy", f"{m}_sample"} & set(sub.setting)]
+    rows = [r for r in ("greedy", "sample") if any(f"{m}_{r}" in set(sub.setting) for m in cols)]
+    fig, axes = plt.subplots(len(rows), len(cols), figsize=(4.2 * len(cols), 3.0 * len(rows)), sharex=True,
+                             sharey=True, squeeze=False)
+    trainings = [m for m in MODE_ORDER if m in set(sub.train_mode)]
+    for r, row in enumerate(rows):
+        for c, col in enumerate(cols):
+            ax, s = axes[r][c], sub[sub.setting == f"{col}_{row}"]
+            trained = s[s.train_mode != "none"]
+            if not trained.empty:
+                sns.lineplot(trained, x="position", y="entropy", hue="train_mode", errorbar="sd", ax=ax,
+                             palette=palette, hue_order=[m for m in trainings if m != "none"], legend=False)
+            base = s[s.train_mode == "none"].groupby("position")["entropy"].mean()
+            ax.plot(base.index, base.values, color="black", linestyle="--", linewidth=1.3, zorder=6)
+            ax.set(title=f"{col} inference, {row}", xlabel="CoT position (token)" if r == len(rows) - 1 else "",
+                   ylabel="entropy (nats)" if c == 0 else "")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=palette[m], label=m) for m in trainings if m != "none"]
+    handles.append(Line2D([], [], color="black", linestyle="--", label="none (base)"))
+    axes[0][-1].legend(handles=handles, title="training (mean ± sd over seeds)", fontsize="small",
+                       loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    return fig
 
 
 def passk_figure(plt, sns, sub: pd.DataFrame, palette: dict):
@@ -141,8 +165,11 @@ def passk_figure(plt, sns, sub: pd.DataFrame, palette: dict):
             sns.lineplot(sample, x="k", y="pass@k (%)", hue="train_mode", marker="o", ax=ax, errorbar="sd",
                          palette=palette, hue_order=[m for m in trainings if m in set(sample.train_mode)], legend=False)
         greedy = sub[sub.setting == f"{mode}_greedy"].groupby("train_mode")["pass@k (%)"].agg(["mean", "std"])
-        for train_mode, g in greedy.iterrows():
-            ax.errorbar([1], [g["mean"]], yerr=[0.0 if pd.isna(g["std"]) else g["std"]], marker="^", markersize=9,
+        present = [m for m in trainings if m in greedy.index]
+        for i, train_mode in enumerate(present):  # side by side around k = 1, never on top of each other
+            g = greedy.loc[train_mode]
+            x = 2 ** (GREEDY_DODGE * (i - (len(present) - 1) / 2))
+            ax.errorbar([x], [g["mean"]], yerr=[0.0 if pd.isna(g["std"]) else g["std"]], marker="^", markersize=8,
                         color=palette[train_mode], markeredgecolor="black", linestyle="none", zorder=5)
         ks = sorted(sub.k.unique())
         ax.set_xscale("log", base=2)

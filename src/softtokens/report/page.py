@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.report import claims, judging, ledger, reproduction
+from softtokens.report import claims, forecast, judging, ledger, reproduction
 from softtokens.report.paper import (
     CELL_KEYS,
     PAPER_RESULTS,
@@ -76,7 +76,11 @@ def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
     cells = ledger.cell_costs(seeds, jobs, CELL_KEYS) if not seeds.empty else pd.DataFrame()
     math_benchmarks = sorted({b for b, m in zip(seeds.benchmark, seeds.metric) if m.startswith("pass@")})
     tables = ledger.table_costs(cells, jobs, our_tables(math_benchmarks))
-    return {"paper": paper, "seeds": seeds, "ours": ours, "comparison": comparison,
+    vs_forecast = pd.DataFrame()
+    if settings.get("config") and not jobs.empty:
+        predicted = forecast.forecast_jobs(settings["config"], settings["grid"])
+        vs_forecast = forecast.vs_actual(predicted, jobs)
+    return {"forecast": vs_forecast, "paper": paper, "seeds": seeds, "ours": ours, "comparison": comparison,
             "claims_ours": claims.judge_claims(ours, judging.entropy_rows(eval_paths)),
             "claims_paper": claims.judge_claims(reproduction.paper_cells(paper)),
             "jobs": jobs, "cell_costs": cells, "table_costs": tables}
@@ -176,6 +180,13 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
     blocks.append(("table", _cost_frame(data["table_costs"], gpu)))
     blocks.append(("h3", "Per rule"))
     blocks.append(("table", _rule_costs(data["jobs"])))
+    if not data["forecast"].empty:
+        blocks.append(("h3", "Forecast beside actual, per job kind"))
+        blocks.append(("p", f"The forecast `softtokens plan` printed before the run (throughput: "
+                            f"{forecast.DEFAULT.source}, scaled by parameters), beside what the jobs took. "
+                            + ("On the toy grid the forecast is for an H100 and the jobs ran on CPUs: the ratio "
+                               "measures the machines, not the model." if toy else "")))
+        blocks.append(("table", data["forecast"].round(3)))
     return blocks
 
 

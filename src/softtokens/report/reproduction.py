@@ -25,13 +25,12 @@ import math
 
 import pandas as pd
 
+from softtokens.data.sources import TEST_SIZES
 from softtokens.report.paper import CELL_KEYS
 from softtokens.report.results import load_eval_frame, load_loglik_frame
 
 Z = 2.0            # standard errors: two cells differ beyond Z sqrt(se_a^2 + se_b^2)
-# questions in each benchmark's test set as the paper (and our loaders) evaluate it
-BENCHMARK_SIZES = {"gsm8k": 1319, "math500": 500, "olympiadbench": 675, "hellaswag": 10042, "arc": 1172,
-                   "mmlu": 14042}
+BENCHMARK_SIZES = TEST_SIZES  # a paper benchmark is named as its loader
 # the per-question spread of the paper's NLL of the correct answer, relative to its mean (the
 # paper gives means only); a per-token NLL averaged over one answer varies about as much as it is large
 NLL_ROW_CV = 1.0

@@ -6,6 +6,7 @@ appendix tables (all six inference settings)."""
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -130,10 +131,22 @@ def _to_latex(table: pd.DataFrame, caption: str) -> str:
     return "\\begin{table}[ht]\\centering\\footnotesize\n" + body + f"\\caption{{{caption}}}\n\\end{{table}}\n"
 
 
+TABLE_CSS = ("body{font-family:system-ui,sans-serif;margin:1em;color:#222}"
+             "table{border-collapse:collapse;font-size:14px}th,td{padding:4px 10px;text-align:right;"
+             "border-bottom:1px solid #ddd}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}"
+             "tr:hover td{background:#fafafa}p{max-width:70em}")
+
+
+def _to_html(table: pd.DataFrame, caption: str) -> str:
+    """A page of its own: what `snakemake --report` shows inline (a CSV would be a download link)."""
+    return (f"<!doctype html><html><head><meta charset='utf-8'><style>{TABLE_CSS}</style></head><body>"
+            f"<p>{html.escape(caption)}</p>" + table.to_html(index=False, border=0, escape=True) + "</body></html>\n")
+
+
 def write_table(table: pd.DataFrame, out_dir: Path, name: str, caption: str, prov: Provenance) -> list[Path]:
     written = []
     texts = {"md": f"{caption}\n\n" + table.to_markdown(index=False) + "\n", "tex": _to_latex(table, caption),
-             "csv": table.to_csv(index=False)}
+             "csv": table.to_csv(index=False), "html": _to_html(table, caption)}
     for ext in paths.TABLE_EXTS:
         text = texts[ext]
         path = out_dir / f"{name}.{ext}"

@@ -46,6 +46,13 @@ PAPER_RL: dict = _paper_rl()
 EVAL_DEFAULTS: dict = {key: field["default"] for key, field in _schema()["$defs"]["evaluation"]["properties"].items()
                        if "default" in field}
 
+# where a training run mirrors its telemetry (train.telemetry): the schema's `logging` defaults
+LOGGING_DEFAULTS: dict = {key: field["default"] for key, field in _schema()["properties"]["logging"]["properties"].items()}
+
+
+def resolved_logging(config: dict) -> dict:
+    return {**LOGGING_DEFAULTS, **config.get("logging", {})}
+
 
 class ConfigError(ValueError):
     """config.yaml is malformed; the message names the key."""

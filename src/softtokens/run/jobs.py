@@ -12,7 +12,7 @@ import json
 import os
 
 from softtokens.run import paths
-from softtokens.run.config import cell_rl
+from softtokens.run.config import cell_rl, resolved_logging
 from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS
 from softtokens.run.paths import parse_arm, parse_trained
 from softtokens.run.provenance import config_hash
@@ -95,6 +95,10 @@ class GridJobs(GridTargets):
             s["variant"] = variant
         return dumps(s)
 
+    def logging_settings(self) -> str:
+        """The config's `logging` block (train.telemetry): where runs mirror their TensorBoard stream."""
+        return dumps(resolved_logging(self.config))
+
     def eval_settings(self, model: str, trained: str) -> str:
         """An evaluation's settings. The six inference settings derive from Section 4's CoT keys (τ, γ,
         the embedding placement: the grid's `rl`), whatever an ablation run trained with, as the paper
@@ -121,7 +125,9 @@ class GridJobs(GridTargets):
         return dumps({"grid": self.name, "n_samples": self.eval["n_samples"]})
 
     def reproduction_settings(self) -> str:
-        return dumps({"grid": self.name, "toy": "toy_base" in self.grid, "gpus": self.ledger_gpus()})
+        # the config itself: the report's cost forecast (report.forecast) recomputes every job's
+        return dumps({"grid": self.name, "toy": "toy_base" in self.grid, "gpus": self.ledger_gpus(),
+                      "config": self.config})
 
     def eval_model_input(self, model: str, trained: str) -> list[str]:
         if trained == "base":

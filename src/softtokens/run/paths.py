@@ -156,6 +156,7 @@ def data_pattern(results: str, split: str) -> str:
 METRICS = "metrics.jsonl"
 SELECTED = "selected.json"
 CHECKPOINTS = "checkpoints"
+TENSORBOARD = "tensorboard"  # a run's TensorBoard event files (train.telemetry)
 RESUME = "_resume"          # the resume state: not a declared output, so a failed job keeps it
 ATTEMPTS = "attempts.jsonl"  # beside the resume state (train.loop)
 
@@ -165,7 +166,7 @@ def model_dir(results: str, model: str) -> str:
 
 
 # ---------------------------------------------------------------- tables, figures, report
-TABLE_EXTS = ("md", "tex", "csv")
+TABLE_EXTS = ("md", "tex", "csv", "html")  # html: shown inline by `snakemake --report`
 CELLS_EXT = "cells.json"     # each table cell's evaluation files (softtokens audit --row/--column)
 FIGURE_EXTS = ("png", "pdf")
 MAIN_TABLE, OOD_TABLE = "main", "ood"

@@ -90,7 +90,7 @@ class GridTargets:
                 for ext in paths.FIGURE_EXTS]
 
     def report_targets(self) -> list[str]:
-        main = [*self.table_targets("md"), *self.table_targets("tex"), *self.table_targets("csv"),
+        main = [*(t for ext in paths.TABLE_EXTS for t in self.table_targets(ext)),
                 *self.figure_targets(), *self.figure_targets("pdf"), *self.report_files().values()]
         if not self.ablations:
             return main

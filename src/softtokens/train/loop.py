@@ -37,8 +37,9 @@ from softtokens.train.sharding import (
     shard_policy,
 )
 from softtokens.train.step_metrics import step_metrics
+from softtokens.train.telemetry import Telemetry
 from softtokens.train.update import NonFiniteUpdate, accumulate_gradients, check_replay
-from softtokens.train.validation import greedy_correct
+from softtokens.train.validation import greedy_validation
 
 
 class Interrupted(RuntimeError):
@@ -48,10 +49,12 @@ class Interrupted(RuntimeError):
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, base_model: str, train_rows: list[dict], val_rows: list[dict],
-                 state_dir: Path, threads: int = 1, grader=None, grading_pool: GradingPool | None = None):
+                 state_dir: Path, threads: int = 1, grader=None, grading_pool: GradingPool | None = None,
+                 logging: dict | None = None, run_name: str = ""):
         """``grader(completion, gold, timeout_s) -> Grade``: the paper's math-verify reward, graded in
         a pool of worker processes with a hard time-out (reward.pool), unless a caller (gpu-check, on
-        random weights that never answer right; tests) brings its own."""
+        random weights that never answer right; tests) brings its own. ``logging`` (the config's
+        resolved block) turns on the run's TensorBoard stream (train.telemetry)."""
         self.cfg, self.base_model, self.grader = cfg, base_model, grader
         self.pool = None if grader is not None else (grading_pool or GradingPool(1, cfg.grading_timeout_s))
         self.train_rows, self.val_rows = train_rows, val_rows[: cfg.val_size]
@@ -92,6 +95,8 @@ class Trainer:
         if saved:
             self.store.load_optimizer(self.policy, self.opt, self.sched)
         self.last_save = time.time()
+        self.telemetry = Telemetry(self.store.tensorboard, run_name, logging or {}, dataclasses.asdict(cfg),
+                                   self.start_step, enabled=logging is not None and self.dp.is_main)
 
     # ------------------------------------------------------------ one step
     def grade_all(self, pairs: list[tuple[str, str]]) -> list:
@@ -135,7 +140,7 @@ class Trainer:
         self.apply_update(step, sums.loss, clipped.norm)
         seconds = {"rollout": t1 - t0, "reward": t2 - t1, "update": time.time() - t2}
         return step_metrics(step, self.cfg, rollout, graded, rewards, sums, replay, clipped, self.dp,
-                            self.sched.get_last_lr()[0], seconds)
+                            self.sched.get_last_lr()[0], seconds, self.sigma, self.noise["dims"])
 
     def apply_update(self, step: int, loss: float, grad_norm: float) -> None:
         """The AdamW step, unless the loss or the gradient is not finite; then the rollout copy."""
@@ -153,11 +158,15 @@ class Trainer:
 
     # ------------------------------------------------------------ validation and checkpoints
     def validate(self, step: int) -> dict:
-        mine = self.val_rows[self.dp.shard(len(self.val_rows))]
-        correct = greedy_correct(self.engine, mine, self.cfg.validation_setting, self.cfg.cot_max_tokens,
-                                 self.cfg.answer_max_tokens, timeout_s=self.cfg.grading_timeout_s,
-                                 placement=self.cfg.placement, grade_all=self.grade_all)
-        (correct,) = self.dp.sum([correct])
+        cfg, mine = self.cfg, self.val_rows[self.dp.shard(len(self.val_rows))]
+        finished, graded = greedy_validation(self.engine, mine, cfg.validation_setting, cfg.cot_max_tokens,
+                                             cfg.answer_max_tokens, timeout_s=cfg.grading_timeout_s,
+                                             placement=cfg.placement, grade_all=self.grade_all)
+        (correct,) = self.dp.sum([sum(g.correct for g in graded)])
+        self.telemetry.log_samples([
+            {"question": row["question"], "cot": out.cot_text, "answer": out.completion, "gold": row["answer"],
+             "reward": reward_of_grade(g, cfg.reward_correct, cfg.reward_boxed_wrong, cfg.reward_no_box)}
+            for row, out, g in list(zip(mine, finished, graded))[: self.telemetry.samples]], step)
         return {"kind": "validation", "step": step, "val_greedy_accuracy": correct / len(self.val_rows)}
 
     def save(self, name: str, step: int, with_optimizer: bool, val_greedy_accuracy: float | None = None) -> None:
@@ -168,11 +177,13 @@ class Trainer:
                              val_greedy_accuracy=val_greedy_accuracy)
         optimizer = (self.opt, self.sched) if with_optimizer else (None, None)
         self.store.save(name, state, self.policy, self.tokenizer, *optimizer)
+        self.telemetry.flush()  # what a watcher sees is at least what a resume would keep
         self.last_save = time.time()
 
     def log(self, row: dict) -> None:
         self.metrics.append(row)
         self.store.log(row)
+        self.telemetry.log(row)
 
     def validate_and_keep_best(self, step: int) -> None:
         row = self.validate(step)
@@ -216,14 +227,16 @@ class Trainer:
             raise Interrupted(f"{received or 'a stop signal'} received: resume state saved at step {done} of "
                               f"{self.cfg.steps}; exiting so that the retry or requeue resumes from it")
 
-    def finish(self, checkpoints_dir: Path, metrics_path: Path) -> None:
+    def finish(self, checkpoints_dir: Path, metrics_path: Path, tensorboard_dir: Path | None = None) -> None:
         """Move the final checkpoints into the declared outputs and drop the resume state."""
+        self.telemetry.close()
         if self.dp.is_main:
-            self.store.finish(Path(checkpoints_dir), metrics_path, self.metrics)
+            self.store.finish(Path(checkpoints_dir), metrics_path, self.metrics, tensorboard_dir)
         self.close()
 
     def close(self) -> None:
-        """The grading workers and the process group."""
+        """The telemetry, the grading workers and the process group."""
+        self.telemetry.close()
         if self.pool is not None:
             self.pool.close()
         self.dp.close()

@@ -195,7 +195,8 @@ def loglik_memory(arch: Architecture, batch: int, context_tokens: int, choice_to
 
 
 # ---------------------------------------------------------------- a grid's jobs
-def _arch_of(grid: dict, model: str) -> Architecture:
+def grid_architecture(grid: dict, model: str) -> Architecture:
+    """A grid's model: the toy base it builds, or a hub model's shipped numbers."""
     spec = grid["models"][model]
     return toy_architecture(grid["toy_base"]) if spec["source"] == "toy" else load_architecture(spec["source"])
 
@@ -209,7 +210,7 @@ def grid_plan(config: dict, grid_name: str) -> list[dict]:
     for cell in grid["training"]:
         model, dataset = cell["model"], cell["dataset"]
         rl = cell_rl(config, grid_name, model, dataset)
-        arch = _arch_of(grid, model)
+        arch = grid_architecture(grid, model)
         job = TrainJob(processes=train_processes(grid, model), rows=rl["prompts_per_step"] * rl["samples_per_prompt"],
                        micro_batch=rl["micro_batch_size"], prompt_tokens=prompt, cot_tokens=rl["cot_max_tokens"],
                        answer_tokens=rl["answer_max_tokens"], continuous=bool(set(cell["modes"]) - {"hard"}),
@@ -222,7 +223,7 @@ def grid_plan(config: dict, grid_name: str) -> list[dict]:
     ev = {**EVAL_DEFAULTS, **grid["evaluation"]}
     compute = resolved_rl(config, grid_name)["compute_dtype"]
     for model in ev["models"]:
-        arch = _arch_of(grid, model)
+        arch = grid_architecture(grid, model)
         rows.append({"job": f"evaluate {model}", "gpus": 1, "parameters": arch.parameters,
                      "setting": f"batch {ev['batch_size']}, CoT {ev['cot_max_tokens']}",
                      "memory": eval_memory(arch, ev["batch_size"], prompt, ev["cot_max_tokens"],

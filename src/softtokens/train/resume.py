@@ -25,7 +25,7 @@ from softtokens.run.files import (
     replace_dir,
     write_jsonl,
 )
-from softtokens.run.paths import ATTEMPTS
+from softtokens.run.paths import ATTEMPTS, TENSORBOARD
 from softtokens.train.sharding import (
     load_optimizer,
     save_optimizer,
@@ -114,8 +114,20 @@ class ResumeStore:
         load_optimizer(policy, opt, self.latest / "optimizer")
         sched.load_state_dict(torch.load(self.latest / "scheduler.pt", weights_only=True))
 
-    def finish(self, checkpoints_dir: Path, metrics_path: Path, metrics: list[dict]) -> None:
-        """Move the final checkpoints into the declared outputs and drop the resume state."""
+    @property
+    def tensorboard(self) -> Path:
+        """The live TensorBoard event files (train.telemetry), kept across attempts."""
+        return self.dir / TENSORBOARD
+
+    def finish(self, checkpoints_dir: Path, metrics_path: Path, metrics: list[dict],
+               tensorboard_dir: Path | None = None) -> None:
+        """Move the final checkpoints (and the event files) into the declared outputs and drop the
+        resume state."""
+        if tensorboard_dir is not None:
+            with atomic_dir(tensorboard_dir) as tmp:
+                if self.tensorboard.is_dir():
+                    for event_file in self.tensorboard.iterdir():
+                        shutil.move(str(event_file), str(tmp / event_file.name))
         with atomic_dir(checkpoints_dir) as tmp:
             for name in ("best", "latest"):
                 shutil.move(str(self.dir / name), str(tmp / name))

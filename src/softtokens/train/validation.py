@@ -27,17 +27,27 @@ def grade_in_process(pairs: list[tuple[str, str]], timeout_s: float = GRADING_TI
 
 
 @torch.no_grad()
+def greedy_validation(engine: CotEngine, rows: list[dict], setting: CotSetting, cot_max: int,
+                      answer_max: int, batch_size: int = 256, timeout_s: float = GRADING_TIMEOUT_S,
+                      placement: Placement = EMBEDDING, grade_all=None) -> tuple[list, list]:
+    """Each row's generation (engine.rollout.RowResult, in the order of ``rows``) and grade, with
+    a noise-free CoT and a greedy answer (the paper's greedy validation: no Gaussian noise, so
+    sigma plays no part). ``grade_all(pairs)`` grades (completion, gold) pairs: a grading pool's
+    in a training run."""
+    prompts = [format_prompt(r["question"]) for r in rows]
+    finished = sorted(engine.stream(prompts, [0] * len(rows), setting, 0.0, cot_max, answer_max,
+                                    batch_size=batch_size, placement=placement), key=lambda r: r.job)
+    pairs = [(row.completion, rows[row.job]["answer"]) for row in finished]
+    graded = grade_all(pairs) if grade_all is not None else grade_in_process(pairs, timeout_s)
+    return finished, graded
+
+
 def greedy_correct(engine: CotEngine, rows: list[dict], setting: CotSetting, cot_max: int,
                    answer_max: int, batch_size: int = 256, timeout_s: float = GRADING_TIMEOUT_S,
                    placement: Placement = EMBEDDING, grade_all=None) -> int:
-    """Number of rows answered correctly with a noise-free CoT and a greedy answer (the paper's
-    greedy validation: no Gaussian noise, so sigma plays no part). ``grade_all(pairs)`` grades
-    (completion, gold) pairs: a grading pool's in a training run."""
-    prompts = [format_prompt(r["question"]) for r in rows]
-    finished = engine.stream(prompts, [0] * len(rows), setting, 0.0, cot_max, answer_max, batch_size=batch_size,
-                             placement=placement)
-    pairs = [(row.completion, rows[row.job]["answer"]) for row in finished]
-    graded = grade_all(pairs) if grade_all is not None else grade_in_process(pairs, timeout_s)
+    """Number of rows answered correctly under greedy validation."""
+    _, graded = greedy_validation(engine, rows, setting, cot_max, answer_max, batch_size, timeout_s, placement,
+                                  grade_all)
     return sum(g.correct for g in graded)
 
 

@@ -1,0 +1,190 @@
+"""One screen for a whole grid, read from its results directory only: every training run with its
+step, last reward and validation, ETA, GPU-hours so far, attempts; every evaluation done, running,
+failed or pending; totals.
+
+Why from files only: it runs on a login node while Snakemake drives SLURM (no ``squeue``, no
+Snakemake API), and after. What it reads:
+- a finished run: its declared ``metrics.jsonl``; a run in progress or stopped: its resume state's
+  ``_resume/metrics.jsonl`` (one row per step, appended as it trains) and ``attempts.jsonl``;
+- whether a run is alive: its process, when its last attempt is on this host, else a heartbeat: its
+  metrics were written within ``STALE_AFTER_S`` or three of its steps, whichever is longer;
+- an evaluation: its result file (done), else its log (running while written recently, failed
+  once stale: Snakemake keeps a failed job's log and deletes its outputs), else pending;
+- GPU-hours: finished jobs' Snakemake benchmark files (report.ledger), plus the step times a run
+  in progress has logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from softtokens.report import ledger
+from softtokens.run import paths
+from softtokens.run.config import cell_rl
+from softtokens.run.jobs import GridJobs
+
+STALE_AFTER_S = 15 * 60   # a run or evaluation silent for longer is not running (a step is minutes at most)
+STATES = ("done", "running", "failed", "pending")
+
+
+def _rows(path: Path) -> list[dict]:
+    """JSON lines, skipping a line a running job is half-way through writing."""
+    out = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def _alive(attempt: dict | None) -> bool | None:
+    """True / False when the attempt ran on this host (its pid is checked), None elsewhere."""
+    if not attempt or attempt.get("host") != socket.gethostname() or not attempt.get("pid"):
+        return None
+    try:
+        os.kill(int(attempt["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class RunStatus:
+    run: str
+    state: str
+    step: int
+    steps: int
+    reward: float | None
+    val: float | None          # the last greedy validation
+    best: float | None         # the best among trained steps
+    eta_s: float | None
+    hours: float               # wall hours the run has taken (every attempt's steps while unfinished)
+    gpu_hours: float
+    attempts: int
+
+
+def run_status(run_dir: Path, name: str, steps: int, gpus: int, bench: dict, now: float) -> RunStatus:
+    """``name``: the run's job name (paths.RUN_JOB); ``bench``: job id -> (wall seconds, GPU-hours)
+    of finished jobs (their benchmark files)."""
+    done_metrics, resume = run_dir / paths.METRICS, run_dir / paths.RESUME
+    attempts = _rows(run_dir / paths.ATTEMPTS)
+    rows = _rows(done_metrics) if done_metrics.is_file() else _rows(resume / paths.METRICS)
+    train = [r for r in rows if r.get("kind") == "train"]
+    vals = [r for r in rows if r.get("kind") == "validation"]
+    step = train[-1]["step"] if train else 0
+    step_s = [sum(r.get(f"seconds_{k}", 0.0) for k in ("rollout", "reward", "update")) for r in train]
+    mean_step = sum(step_s) / len(step_s) if step_s else None
+    job = paths.job_id("train", name)
+    if done_metrics.is_file() and not resume.exists():
+        state = "done"
+        wall, gpu_h = bench.get(job, (sum(step_s), sum(step_s) * gpus / 3600))
+    else:
+        wall, gpu_h = sum(step_s), sum(step_s) * gpus / 3600
+        beat = max((p.stat().st_mtime for p in (resume / paths.METRICS, run_dir / paths.ATTEMPTS) if p.is_file()),
+                   default=None)
+        alive = _alive(attempts[-1] if attempts else None)
+        fresh = beat is not None and now - beat < max(STALE_AFTER_S, 3 * (mean_step or 0))
+        if beat is None:
+            state = "pending"
+        elif alive is True or (alive is None and fresh):
+            state = "running"
+        else:
+            state = "failed"
+    trained_vals = [v["val_greedy_accuracy"] for v in vals if v["step"] >= 1]
+    eta = (steps - step) * mean_step if state == "running" and mean_step else None
+    return RunStatus(run=name, state=state, step=step, steps=steps,
+                     reward=train[-1]["reward"] if train else None,
+                     val=vals[-1]["val_greedy_accuracy"] if vals else None,
+                     best=max(trained_vals) if trained_vals else None, eta_s=eta, hours=wall / 3600, gpu_hours=gpu_h,
+                     attempts=len(attempts))
+
+
+def eval_state(result: Path, log: Path, now: float) -> str:
+    if result.is_file():
+        return "done"
+    if log.is_file():
+        return "running" if now - log.stat().st_mtime < STALE_AFTER_S else "failed"
+    return "pending"
+
+
+def grid_status(config: dict, grid_name: str, now: float | None = None) -> dict:
+    """Every run's RunStatus and every evaluation file's state (with its job), and the GPU-hours
+    of finished jobs, for ``config``'s grid ``grid_name``."""
+    now = time.time() if now is None else now
+    jobs = GridJobs({**config, "grid": grid_name})
+    gpus = jobs.ledger_gpus()
+    bench = ledger.read_jobs(Path(jobs.results) / "benchmarks", gpus)
+    bench_gpu = dict(zip(bench.job, zip(bench.wall_s, bench.gpu_hours)))
+    runs = []
+    for run in jobs.training_runs():
+        steps = cell_rl(config, grid_name, run.model, run.dataset, run.variant)["steps"]
+        runs.append(run_status(Path(paths.run_dir(jobs.results, run)), run.wildcards, steps,
+                               gpus["train"].get(run.model, 0), bench_gpu, now))
+    evals = []
+    per_setting = jobs.eval["one_job_per_setting"]
+    for path in jobs.eval_targets():
+        k = paths.parse_eval_path(path)
+        trained = Path(path).parent.parent.name
+        job = paths.eval_job(k["setting"] if per_setting else paths.ALL_SETTINGS, k["model"], trained, k["benchmark"])
+        evals.append({"kind": "evaluate", "file": path, "job": job,
+                      "state": eval_state(Path(path), Path(paths.log_path(jobs.results, "evaluate", job)), now)})
+    for path in jobs.loglik_targets():
+        k = paths.parse_eval_path(path)
+        job = paths.EVAL_JOB.format(model=k["model"], trained=Path(path).parent.parent.name, benchmark=k["benchmark"])
+        evals.append({"kind": "evaluate_loglik", "file": path, "job": job,
+                      "state": eval_state(Path(path), Path(paths.log_path(jobs.results, "evaluate_loglik", job)),
+                                          now)})
+    ev = bench[bench.rule.isin(["evaluate", "evaluate_loglik"])]
+    other = bench[~bench.rule.isin(["train", "evaluate", "evaluate_loglik"])]
+    return {"grid": grid_name, "results": jobs.results, "runs": runs, "evals": evals,
+            "eval_gpu_hours": float(ev.gpu_hours.sum()), "eval_hours": float(ev.wall_s.sum()) / 3600,
+            "other_gpu_hours": float(other.gpu_hours.sum()), "other_hours": float(other.wall_s.sum()) / 3600}
+
+
+def _fmt(x, spec: str = ".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    h, m = divmod(int(round(s / 60)), 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m"
+
+
+def status_text(status: dict) -> str:
+    runs, evals = status["runs"], status["evals"]
+    lines = [f"grid {status['grid']} ({status['results']})", "",
+             f"{'training run':<44} {'state':<8} {'step':>11} {'reward':>8} {'val':>6} {'best':>6} "
+             f"{'ETA':>7} {'hours':>6} {'GPU-h':>8} {'attempts':>8}"]
+    for r in runs:
+        lines.append(f"{r.run:<44} {r.state:<8} {f'{r.step}/{r.steps}':>11} {_fmt(r.reward, '.1f'):>8} "
+                     f"{_fmt(r.val):>6} {_fmt(r.best):>6} {_duration(r.eta_s):>7} {r.hours:>6.2f} {r.gpu_hours:>8.2f} "
+                     f"{r.attempts:>8}")
+    lines.append("")
+    for kind in ("evaluate", "evaluate_loglik"):
+        sub = [e for e in evals if e["kind"] == kind]
+        if sub:
+            counts = ", ".join(f"{sum(e['state'] == s for e in sub)} {s}" for s in STATES)
+            lines.append(f"{kind + ' files':<26} {len(sub):>5}: {counts}")
+            lines += [f"    failed: {e['file']} (log: {paths.log_path(status['results'], kind, e['job'])})"
+                      for e in sub if e["state"] == "failed"]
+    run_counts = ", ".join(f"{sum(r.state == s for r in runs)} {s}" for s in STATES)
+    eta = max((r.eta_s for r in runs if r.eta_s is not None), default=None)
+    gpu = sum(r.gpu_hours for r in runs) + status["eval_gpu_hours"] + status["other_gpu_hours"]
+    hours = sum(r.hours for r in runs) + status["eval_hours"] + status["other_hours"]
+    lines += ["", f"training runs {len(runs)}: {run_counts}; attempts {sum(r.attempts for r in runs)} "
+                  f"({sum(max(0, r.attempts - 1) for r in runs)} restarts)",
+              f"GPU-hours so far: {gpu:.2f} (training {sum(r.gpu_hours for r in runs):.2f}, evaluation "
+              f"{status['eval_gpu_hours']:.2f}); job hours {hours:.2f} (training {sum(r.hours for r in runs):.2f}, "
+              f"evaluation {status['eval_hours']:.2f}); longest running ETA {_duration(eta)}"]
+    return "\n".join(lines)

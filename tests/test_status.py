@@ -1,0 +1,78 @@
+"""`softtokens status` (report.status) on a results directory written by hand: one run done, one
+running, one failed, one pending; evaluations in each state."""
+
+import copy
+import json
+import os
+import time
+from pathlib import Path
+
+import yaml
+
+from softtokens import cli
+from softtokens.report.status import STALE_AFTER_S, grid_status, status_text
+from softtokens.run import paths
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_rows(path: Path, rows: list[dict], age_s: float = 0.0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    t = time.time() - age_s
+    os.utime(path, (t, t))
+
+
+def steps(n: int, seconds: float = 10.0) -> list[dict]:
+    rows = [{"kind": "validation", "step": 0, "val_greedy_accuracy": 0.25}]
+    for s in range(1, n + 1):
+        rows.append({"kind": "train", "step": s, "reward": 10.0 * s, "seconds_rollout": seconds / 2,
+                     "seconds_reward": 0.0, "seconds_update": seconds / 2})
+        if s % 4 == 0:
+            rows.append({"kind": "validation", "step": s, "val_greedy_accuracy": 0.25 + s / 100})
+    return rows
+
+
+def test_status_of_a_grid_with_a_run_in_every_state(tmp_path, capsys):
+    config = copy.deepcopy(yaml.safe_load((ROOT / "config.yaml").read_text()))
+    grid = config["grids"]["toy"]
+    grid["results"] = str(tmp_path / "results")
+    grid["training"] = [{"model": "toy", "dataset": "toyarith", "modes": ["hard"], "seeds": [0, 1, 2, 3]}]
+    grid["evaluation"]["one_job_per_setting"] = True
+    grid["resources"] = {"train": {"gpu": 2}, "evaluate": {"gpu": 1}}
+    results, total = grid["results"], grid["rl"]["steps"]
+    run = {s: Path(results) / "runs/toy/toyarith/hard" / f"seed{s}" for s in range(4)}
+    write_rows(run[0] / paths.METRICS, steps(total))                       # done
+    write_rows(run[0] / paths.ATTEMPTS, [{"attempt": 1, "host": "elsewhere"}, {"attempt": 2, "host": "elsewhere"}])
+    write_rows(run[1] / paths.RESUME / paths.METRICS, steps(5))             # running: written a minute ago
+    write_rows(run[1] / paths.ATTEMPTS, [{"attempt": 1, "host": "node7"}], age_s=600)
+    os.utime(run[1] / paths.RESUME / paths.METRICS, (time.time() - 60,) * 2)
+    write_rows(run[2] / paths.RESUME / paths.METRICS, steps(9), age_s=2 * STALE_AFTER_S)  # failed: silent
+    write_rows(run[2] / paths.ATTEMPTS, [{"attempt": 1, "host": "node7"}], age_s=2 * STALE_AFTER_S)
+    base = Path(results) / "eval/toy/base/toyarith"
+    write_rows(base / "hard_greedy.json", [{}])
+    logs = Path(results) / "logs/evaluate/toy/base/toyarith"
+    write_rows(logs / "hard_sample.log", [{}], age_s=10)                     # running
+    write_rows(logs / "soft_greedy.log", [{}], age_s=2 * STALE_AFTER_S)      # failed
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+
+    status = grid_status(config, "toy")
+    by_seed = {r.run: r for r in status["runs"]}
+    done, running, failed, pending = (by_seed[f"toy/toyarith/hard/seed{s}"] for s in range(4))
+    assert (done.state, running.state, failed.state, pending.state) == ("done", "running", "failed", "pending")
+    assert (running.step, running.steps, running.reward, running.val, running.best) == (5, total, 50.0, 0.29, 0.29)
+    assert running.eta_s == (total - 5) * 10.0 and failed.eta_s is None
+    assert running.gpu_hours == 5 * 10.0 * 2 / 3600  # its logged steps on its 2 GPUs
+    assert done.attempts == 2 and pending.step == 0
+    evals = {Path(e["file"]).stem: e["state"] for e in status["evals"] if "/base/" in e["file"]}
+    assert (evals["hard_greedy"], evals["hard_sample"], evals["soft_greedy"], evals["soft_sample"]) == \
+        ("done", "running", "failed", "pending")
+
+    cli.main(["status", "--config", str(path), "--grid", "toy"])
+    out = capsys.readouterr().out
+    assert out.strip() == status_text(grid_status(config, "toy")).strip()
+    assert "training runs 4: 1 done, 1 running, 1 failed, 1 pending; attempts 4 (1 restarts)" in out
+    assert f"failed: {base / 'soft_greedy.json'}" in out
+    line = next(x for x in out.splitlines() if x.startswith("toy/toyarith/hard/seed1"))
+    assert line.split()[1:4] == ["running", f"5/{total}", "50.0"]
