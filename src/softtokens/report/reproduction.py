@@ -30,7 +30,6 @@ from softtokens.report.paper import CELL_KEYS
 from softtokens.report.results import load_eval_frame, load_loglik_frame
 
 Z = 2.0            # standard errors: two cells differ beyond Z sqrt(se_a^2 + se_b^2)
-BENCHMARK_SIZES = TEST_SIZES  # a paper benchmark is named as its loader
 # the per-question spread of the paper's NLL of the correct answer, relative to its mean (the
 # paper gives means only); a per-token NLL averaged over one answer varies about as much as it is large
 NLL_ROW_CV = 1.0
@@ -123,7 +122,7 @@ def paper_cells(paper: pd.DataFrame) -> pd.DataFrame:
 
 
 def paper_sampling_var(benchmark: str, metric: str, mean: float) -> float:
-    n = BENCHMARK_SIZES.get(benchmark)
+    n = TEST_SIZES.get(benchmark)  # a paper benchmark is named as its loader
     if n is None:
         return float("nan")
     if metric == "nll_correct":
