@@ -200,6 +200,9 @@ def test_report_pages_show_missing_cells_and_claims(fixture):
     cells = pd.read_csv(fixture["out"] / "cells.csv")
     assert len(cells) == 7
     assert (fixture["out"] / "ledger.csv.prov.json").exists()
+    jobs = pd.read_csv(fixture["out"] / "ledger.csv")
+    ledger_page = (fixture["out"] / "ledger.html").read_text()  # the ledger as the Snakemake report shows it
+    assert ledger_page.count("<tr") == len(jobs) + 1 and str(jobs.job.iloc[0]) in ledger_page
     claims_file = json.loads((fixture["out"] / "claims.json").read_text())
     assert len(claims_file["ours"]) >= 7 and all(c["quotes"] for c in claims_file["ours"])
     assert "<details><summary>Evidence (ours): Soft and fuzzy training match hard training at greedy pass@1." in md

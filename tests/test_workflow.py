@@ -167,7 +167,7 @@ def test_tiny_dag_end_to_end(tiny_dag, tmp_path):
               "runs/toy/toyarith/fuzzy/seed0/selected.json", "eval/toy/base/toyarith/fuzzy_sample.json",
               "tables/ood.md", "tables/ood.csv", "eval/toy/toyarith-hard-seed0/toychoice/loglik.json",
               "figures/passk_toy_toyarith_toyarith.pdf", "report/reproduction.md", "report/reproduction.html",
-              "report/ledger.csv", "report/ledger_tables.csv", "tables/main.cells.json"):
+              "report/ledger.csv", "report/ledger_tables.csv", "report/ledger.html", "tables/main.cells.json"):
         assert (res / p).exists(), p
     assert not (res / "runs/toy/toyarith/hard/seed0/_resume").exists()  # resume state removed on success
     result = json.loads((res / "eval/toy/toyarith-fuzzy-seed0/toyarith/fuzzy_sample.json").read_text())
@@ -206,7 +206,7 @@ def test_tiny_dag_end_to_end(tiny_dag, tmp_path):
     proc = snakemake(*args, "--report", str(tmp_path / "report.html"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = (tmp_path / "report.html").read_text()
-    for table in ("main.html", "settings_toyarith.html", "ood.html"):
+    for table in ("main.html", "settings_toyarith.html", "ood.html", "ledger.html", "ledger_tables.html"):
         assert table in page, table
     assert "<table" in (res / "tables/main.html").read_text()
 

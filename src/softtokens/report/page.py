@@ -22,6 +22,7 @@ from softtokens.report.paper import (
     TABLES,
     load_paper_results,
 )
+from softtokens.report.tables import table_html
 from softtokens.run import paths
 from softtokens.run.files import write_text
 from softtokens.run.provenance import Provenance
@@ -263,6 +264,13 @@ def to_html(blocks, title: str) -> str:
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
+LEDGER_CAPTIONS = {
+    "jobs": "Cost ledger, one row per job: wall and CPU seconds and peak memory (Snakemake's benchmark file), "
+            "the GPUs it held and GPU-hours = wall hours x GPUs.",
+    "tables": "Cost of each table: the jobs upstream of its cells, each counted once.",
+}
+
+
 def write_report(eval_paths: list[Path], bench_dir: Path, out_dir: Path, settings: dict) -> dict:
     """reproduction.{md,html}, cells.csv and the ledger CSVs, each with a provenance sidecar."""
     data = build(eval_paths, bench_dir, settings)
@@ -277,6 +285,8 @@ def write_report(eval_paths: list[Path], bench_dir: Path, out_dir: Path, setting
         "ledger_cells.csv": (data["cell_costs"].assign(job_ids=lambda d: d.job_ids.map(" ".join))
                              if not data["cell_costs"].empty else data["cell_costs"]).to_csv(index=False),
         "ledger_tables.csv": data["table_costs"].to_csv(index=False),
+        "ledger.html": table_html(data["jobs"], LEDGER_CAPTIONS["jobs"]),
+        "ledger_tables.html": table_html(data["table_costs"], LEDGER_CAPTIONS["tables"]),
         "claims.json": json.dumps({side: [c.__dict__ for c in data[f"claims_{side}"]] for side in ("ours", "paper")},
                                   indent=1) + "\n",
     }

@@ -137,7 +137,7 @@ TABLE_CSS = ("body{font-family:system-ui,sans-serif;margin:1em;color:#222}"
              "tr:hover td{background:#fafafa}p{max-width:70em}")
 
 
-def _to_html(table: pd.DataFrame, caption: str) -> str:
+def table_html(table: pd.DataFrame, caption: str) -> str:
     """A page of its own: what `snakemake --report` shows inline (a CSV would be a download link)."""
     return (f"<!doctype html><html><head><meta charset='utf-8'><style>{TABLE_CSS}</style></head><body>"
             f"<p>{html.escape(caption)}</p>" + table.to_html(index=False, border=0, escape=True) + "</body></html>\n")
@@ -146,7 +146,7 @@ def _to_html(table: pd.DataFrame, caption: str) -> str:
 def write_table(table: pd.DataFrame, out_dir: Path, name: str, caption: str, prov: Provenance) -> list[Path]:
     written = []
     texts = {"md": f"{caption}\n\n" + table.to_markdown(index=False) + "\n", "tex": _to_latex(table, caption),
-             "csv": table.to_csv(index=False), "html": _to_html(table, caption)}
+             "csv": table.to_csv(index=False), "html": table_html(table, caption)}
     for ext in paths.TABLE_EXTS:
         text = texts[ext]
         path = out_dir / f"{name}.{ext}"

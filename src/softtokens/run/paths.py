@@ -171,7 +171,8 @@ CELLS_EXT = "cells.json"     # each table cell's evaluation files (softtokens au
 FIGURE_EXTS = ("png", "pdf")
 MAIN_TABLE, OOD_TABLE = "main", "ood"
 REPORT_FILES = ("reproduction.md", "reproduction.html", "cells.csv", "ledger.csv", "ledger_cells.csv",
-                "ledger_tables.csv", "claims.json")
+                "ledger_tables.csv", "claims.json",
+                "ledger.html", "ledger_tables.html")  # html: the ledgers as `snakemake --report` shows them
 
 
 def settings_table(benchmark: str) -> str:
