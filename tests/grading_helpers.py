@@ -1,8 +1,16 @@
 """Graders the grading pool's workers import in the tests (a spawned worker cannot be monkeypatched)."""
 
+import os
 import re
+import time
 
 from softtokens.reward.grader import grade
+
+# A worker imports this module when it starts (spawn): these make that start slow or fail. The
+# test process imported it before setting them, so only the workers it then starts see them.
+time.sleep(float(os.environ.get("SOFTTOKENS_TEST_WORKER_START_S", "0")))
+if os.environ.get("SOFTTOKENS_TEST_WORKER_CANNOT_START"):
+    raise ImportError("this grading worker cannot start (SOFTTOKENS_TEST_WORKER_CANNOT_START)")
 
 
 def grade_or_hang(completion: str, gold: str, timeout_s: float | None):
@@ -30,3 +38,8 @@ def constant(completion: str, gold: str, timeout_s: float | None):
     from softtokens.reward.grader import Grade
 
     return Grade(True, completion == gold)
+
+
+def crash(completion: str, gold: str, timeout_s: float | None):
+    """A grader with a bug: every answer raises, and the worker dies of it."""
+    raise ValueError("a grader bug")

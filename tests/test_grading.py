@@ -3,10 +3,11 @@ time-out within its budget while grading goes on (a worker killed and replaced).
 
 import time
 
-from grading_helpers import grade_or_hang
+import pytest
+from grading_helpers import crash, grade_or_hang
 
 from softtokens.reward.grader import Grade, grade
-from softtokens.reward.pool import KILL_MARGIN_S, GradingPool
+from softtokens.reward.pool import KILL_MARGIN_S, MAX_DEAD, GradingPool
 
 PAIRS = [(" \\boxed{72}.", "72"), (" \\boxed{0.5}.", "\\frac{1}{2}"), (" \\boxed{7}.", "72"), (" no box", "72"),
          (" \\boxed{\\frac{3}{4}}", "0.75"), (" \\boxed{x^2+1}", "1+x^2")]
@@ -79,3 +80,31 @@ def test_a_stop_signal_is_the_parents_not_the_workers():
             "pool = GradingPool(1, 5.0)\nprint(pool.grade('\\\\boxed{3}', '3'))\n")  # never closed
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "True" in r.stdout, r.stderr[-2000:]
+
+
+def test_a_slow_worker_start_is_not_on_an_answers_clock(monkeypatch):
+    """A worker's start-up (interpreter, imports: seconds on a loaded node or a network file
+    system) runs before its first answer's budget, at the first start and after a replacement."""
+    monkeypatch.setenv("SOFTTOKENS_TEST_WORKER_START_S", str(0.6 + KILL_MARGIN_S))
+    with GradingPool(workers=1, timeout_s=0.3, grade_fn=grade_or_hang) as pool:
+        assert pool.grade_many(PAIRS[:2]) == [Grade(True, True, False)] * 2
+        hung, after = pool.grade_many([("hang", "72"), (" \\boxed{72}", "72")])
+        assert hung.timed_out and after == Grade(True, True, False) and pool.killed == 1
+
+
+def test_answers_that_hang_in_a_row_are_time_outs_not_a_broken_pool():
+    """However many answers in a row outlive their budget, each is a time-out and grading goes on."""
+    hangs = [("hang", "72")] * (MAX_DEAD + 1)
+    with GradingPool(workers=1, timeout_s=0.2, grade_fn=grade_or_hang) as pool:
+        grades = pool.grade_many(hangs + [(" \\boxed{72}", "72")])
+    assert [g.timed_out for g in grades] == [True] * len(hangs) + [False] and grades[-1].correct
+
+
+def test_a_grader_that_cannot_run_stops_the_job_saying_so(monkeypatch):
+    """A grader that raises on every answer would score every answer zero; a worker that cannot
+    start (an import error) would never grade: both stop the job after MAX_DEAD tries, saying so."""
+    with pytest.raises(RuntimeError, match=f"died {MAX_DEAD} times in a row"):
+        GradingPool(workers=1, timeout_s=5.0, grade_fn=crash).grade_many(PAIRS)
+    monkeypatch.setenv("SOFTTOKENS_TEST_WORKER_CANNOT_START", "1")
+    with pytest.raises(RuntimeError, match=f"failed to start {MAX_DEAD} times in a row"):
+        GradingPool(workers=1, timeout_s=5.0, grade_fn=grade_or_hang).grade_many(PAIRS)

@@ -173,9 +173,18 @@ def extract_boxed(completion: str) -> list:
     return parse(_rewrite(completion), extraction_config=boxed_only, parsing_timeout=None)
 
 
+def warm_up() -> None:
+    """Import math-verify and let it read one expression, outside any answer's budget: its first
+    use imports sympy and its LaTeX grammar (seconds; more from a network file system), which an
+    answer's time limit must not pay for."""
+    parse = _math_verify()[0]
+    parse("$1$")
+
+
 def grade(completion: str, gold: str, timeout_s: float | None = GRADING_TIMEOUT_S) -> Grade:
     """Grade one completion against its gold answer within ``timeout_s`` seconds."""
     boxed = False
+    _math_verify()  # imported before the clock starts (warm_up)
     try:
         with time_limit(timeout_s):
             gold_values = parse_gold(gold)
@@ -207,6 +216,7 @@ def reward(completion: str, gold: str, correct: float = REWARD_CORRECT,
 def gold_problem(gold: str, timeout_s: float | None = GRADING_TIMEOUT_S) -> str | None:
     """Why a gold answer cannot serve the reward, or None if its own boxed copy earns the full
     reward. The reason is what data preparation counts a dropped row under."""
+    _math_verify()
     try:
         with time_limit(timeout_s):
             values = parse_gold(gold)

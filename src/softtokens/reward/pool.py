@@ -20,11 +20,13 @@ import signal
 import time
 from multiprocessing.connection import wait
 
-from softtokens.reward.grader import GRADING_TIMEOUT_S, Grade, grade
+from softtokens.reward.grader import GRADING_TIMEOUT_S, Grade, grade, warm_up
 
 KILL_MARGIN_S = 1.0   # past a worker's own (SIGALRM) budget, before it is killed
 CHUNK = 64            # answers handed to a worker at once
 MAX_DEAD = 3          # workers lost in a row with no answer graded: grading cannot run here
+START_TIMEOUT_S = 300.0  # a worker's start-up (interpreter, imports, math-verify), before it is given up
+READY = "ready"       # what a worker sends once started: its first answer's clock starts then
 
 
 # Stop signals are the parent's to act on: SLURM signals every process of a job (scancel, a
@@ -39,6 +41,8 @@ def _worker(conn, timeout_s: float, grade_fn) -> None:
     answer as it is graded (the parent times each answer from the previous one's result)."""
     for name in WORKER_IGNORES:
         signal.signal(getattr(signal, name), signal.SIG_IGN)
+    warm_up()
+    conn.send(READY)
     while True:
         try:
             batch = conn.recv()
@@ -63,23 +67,47 @@ class GradingPool:
         atexit.register(self.close)
 
     # ------------------------------------------------------------ workers
-    def _start(self):
+    def _spawn(self):
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=_worker, args=(child, self.timeout_s, self.grade_fn), daemon=True)
         proc.start()
         child.close()
         return proc, parent
 
+    def _started(self, proc, conn) -> bool:
+        """Whether a spawned worker reported ready: its start-up (seconds under load, more from a
+        network file system) is not on any answer's clock. One that is not ready is ended."""
+        try:
+            if conn.poll(START_TIMEOUT_S) and conn.recv() == READY:
+                return True
+        except (EOFError, OSError):  # it died starting (an import error, no memory)
+            pass
+        proc.kill()
+        proc.join()
+        conn.close()
+        self._dead_in_a_row += 1
+        if self._dead_in_a_row >= MAX_DEAD:
+            self.close()
+            raise RuntimeError(f"grading workers failed to start {MAX_DEAD} times in a row (see the errors above)")
+        return False
+
+    def _start_all(self, count: int) -> list:
+        """``count`` ready workers, started side by side."""
+        ready: list = []
+        while len(ready) < count:
+            spawned = [self._spawn() for _ in range(count - len(ready))]
+            ready += [w for w in spawned if self._started(*w)]
+        return ready
+
     def _ensure(self) -> None:
-        while len(self._procs) < self.workers:
-            self._procs.append(self._start())
+        self._procs += self._start_all(self.workers - len(self._procs))
 
     def _replace(self, k: int) -> None:
         proc, conn = self._procs[k]
         proc.kill()
         proc.join()
         conn.close()
-        self._procs[k] = self._start()
+        self._procs[k] = self._start_all(1)[0]
         self.killed += 1
 
     # ------------------------------------------------------------ grading
@@ -111,8 +139,8 @@ class GradingPool:
                 while k in queued and conn.poll():
                     try:
                         i, g = conn.recv()
-                    except (EOFError, OSError):  # the worker died (out of memory, a signal)
-                        self._fail(k, queued, pending, out, pairs, last_boxed)
+                    except (EOFError, OSError):  # the worker died (an exception, out of memory, a signal)
+                        self._fail(k, queued, pending, out, pairs, last_boxed, crashed=True)
                         break
                     out[i] = Grade(*g)
                     self._dead_in_a_row = 0
@@ -122,18 +150,20 @@ class GradingPool:
                         del queued[k]
             now = time.monotonic()
             for k in [k for k in queued if now - since[k] >= budget]:  # stuck in one C call
-                self._fail(k, queued, pending, out, pairs, last_boxed)
+                self._fail(k, queued, pending, out, pairs, last_boxed, crashed=False)
         return out
 
-    def _fail(self, k: int, queued: dict, pending: list, out: list, pairs: list, last_boxed) -> None:
+    def _fail(self, k: int, queued: dict, pending: list, out: list, pairs: list, last_boxed, crashed: bool) -> None:
         """Worker k's current answer is a time-out; it is replaced; its other answers are queued again.
-        Workers that die with no answer graded since the last such death, MAX_DEAD times in a row,
-        cannot start (an import error, no memory): the job stops, saying so."""
-        self._dead_in_a_row += 1
-        if self._dead_in_a_row >= MAX_DEAD:
-            self.close()
-            raise RuntimeError(f"grading workers died {MAX_DEAD} times in a row without grading an answer: they "
-                               "cannot start or run here (see the errors above)")
+        A worker killed past its budget is the answer's doing (however many in a row); workers that
+        crash (an exception in the grader, no memory) MAX_DEAD times in a row with no answer graded
+        between cannot grade here: the job stops, saying so, rather than score every answer zero."""
+        if crashed:
+            self._dead_in_a_row += 1
+            if self._dead_in_a_row >= MAX_DEAD:
+                self.close()
+                raise RuntimeError(f"grading workers died {MAX_DEAD} times in a row without grading an answer: "
+                                   "they cannot run here (see the errors above)")
         current, *rest = queued.pop(k)
         out[current] = Grade(last_boxed(pairs[current][0]) is not None, False, True)
         pending.extend(reversed(rest))
