@@ -41,8 +41,11 @@ demo-ablations: setup
 demo-long: setup
 	$(BIN)/snakemake --cores $(CORES) --config grid=toy-long
 
+# the suite on pytest-xdist workers, a module at a time (tests/conftest.py orders the longest first).
+# Three on two cores: the real SLURM test mostly waits on SLURM while the other two work.
+TEST_WORKERS ?= 3
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 lint: setup
 	$(BIN)/snakemake --lint

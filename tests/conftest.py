@@ -9,6 +9,10 @@ from pathlib import Path
 # asks for it; the one-call verification of the GPU path is `softtokens gpu-check` (docs/gpu.md).
 if os.environ.get("SOFTTOKENS_TEST_DEVICE", "cpu") != "cuda":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+# Tests run side by side (pytest-xdist workers, the tiny DAG's jobs): OpenMP threads that wait for
+# work sleep instead of spinning on a core another process needs. Only the waiting changes, never
+# how a sum is split, so the numbers are those of a serial run (set here, before torch loads).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 import torch
@@ -24,6 +28,22 @@ from softtokens.model.toy import (
 )
 
 FAULTS = Path(__file__).resolve().parent / "faults"
+
+
+# `make test` runs the suite on pytest-xdist workers, a module at a time (--dist loadscope: a module's
+# fixtures are built once, e.g. test_tiny_dag's DAG and test_paper_path's FSDP runs). The longest
+# modules go first, so that no worker is left with one at the end: the real SLURM test (mostly
+# waiting on SLURM, so it overlaps with the rest), the tiny DAG, the two-process training, ...
+FIRST = ("test_slurm.py", "test_tiny_dag.py", "test_paper_path.py", "test_reliability.py", "test_workflow.py",
+         "test_fast_engine.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        module = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+        return FIRST.index(module) if module in FIRST else len(FIRST)
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(autouse=True)
@@ -122,24 +142,3 @@ def stepwise(model, rollout, i):
             inputs.append(rollout.noisy_inputs[i, s].unsqueeze(0).to(emb.weight.dtype))
         else:
             inputs.append(emb(tok.view(1)))
-
-
-@pytest.fixture(scope="session")
-def tiny_dag(tmp_path_factory):
-    """The tiny toy DAG run once to the end with a real `snakemake`, shared by the end-to-end test
-    and the fault scenarios (each of which works on a copy): the one ~100 s run of the suite."""
-    import copy
-
-    import yaml
-    from test_workflow import ROOT, TINY, snakemake, tiny_args
-
-    d = tmp_path_factory.mktemp("dag")
-    config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    grid = copy.deepcopy(config["grids"]["toy"])
-    grid.update(copy.deepcopy(TINY))
-    grid["rl"] = {**grid["rl"], "steps": 4, "resume_save_minutes": 0}  # a resume state after every step
-    config["grids"] = {"toy": grid}
-    (d / "tiny.yaml").write_text(yaml.safe_dump(config))
-    proc = snakemake(*tiny_args(d), "--cores", "2")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return d

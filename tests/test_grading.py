@@ -85,8 +85,8 @@ def test_a_stop_signal_is_the_parents_not_the_workers():
 def test_a_slow_worker_start_is_not_on_an_answers_clock(monkeypatch):
     """A worker's start-up (interpreter, imports: seconds on a loaded node or a network file
     system) runs before its first answer's budget, at the first start and after a replacement."""
-    monkeypatch.setenv("SOFTTOKENS_TEST_WORKER_START_S", str(0.6 + KILL_MARGIN_S))
-    with GradingPool(workers=1, timeout_s=0.3, grade_fn=grade_or_hang) as pool:
+    monkeypatch.setenv("SOFTTOKENS_TEST_WORKER_START_S", str(1.0 + KILL_MARGIN_S + 0.5))  # past the budget
+    with GradingPool(workers=1, timeout_s=1.0, grade_fn=grade_or_hang) as pool:
         assert pool.grade_many(PAIRS[:2]) == [Grade(True, True, False)] * 2
         hung, after = pool.grade_many([("hang", "72"), (" \\boxed{72}", "72")])
         assert hung.timed_out and after == Grade(True, True, False) and pool.killed == 1

@@ -41,6 +41,11 @@ def slurm(tmp_path_factory):
         pytest.skip(reason)
     yield state
     subprocess.run([str(HERE / "stop_slurm.sh"), str(state)], timeout=60)
+    # nothing left pointing SLURM's commands at the stopped controller (each later `snakemake` would
+    # wait 9 s at import for its slurm plugin's `scontrol show config`)
+    before = state / "slurm.conf.before"
+    conf = Path("/etc/slurm/slurm.conf")
+    assert (conf.read_bytes() == before.read_bytes()) if before.exists() else not conf.exists()
 
 
 def tiny_grid() -> dict:

@@ -1,16 +1,12 @@
-"""The DAG itself: dry-run plans, lint, and the whole toy pipeline at the smallest scale (how each job
-is configured is Python, tested in tests/test_jobs.py)."""
+"""The DAG itself: dry-run plans and lint (how each job is configured is Python, tested in
+tests/test_jobs.py; the whole toy pipeline at the smallest scale runs in tests/test_tiny_dag.py)."""
 
-import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,10 +71,10 @@ def test_one_evaluate_job_per_setting_unless_the_grid_says_otherwise(tmp_path):
 PAPER_ENV = {"SOFTTOKENS_SLURM_ACCOUNT": "testacct", "SOFTTOKENS_SLURM_GPU_PARTITION": "testgpu"}
 
 
-@pytest.mark.parametrize("profile", ["slurm", "profiles/slurm"])
-def test_paper_grid_plan_with_the_slurm_profile(profile):
-    """`snakemake --profile slurm -n` at the repository root: no SLURM, GPU or network needed."""
-    proc = snakemake("--profile", profile, "-n", "--quiet", "rules")
+def test_paper_grid_plan_with_the_slurm_profile():
+    """`snakemake --profile profiles/slurm -n` at the repository root: no SLURM, GPU or network
+    needed (`--profile slurm`, through the ./slurm link, plans the tests below)."""
+    proc = snakemake("--profile", "profiles/slurm", "-n", "--quiet", "rules")
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = job_counts(proc)
     runs = 5 * 3 * 3                    # Table 1's (model, dataset) cells x modes x seeds
@@ -155,87 +151,3 @@ TINY = {
     "rl": {"prompts_per_step": 2, "samples_per_prompt": 2, "steps": 2, "warmup_steps": 1, "cot_max_tokens": 10,
            "answer_max_tokens": 4, "val_every": 1, "val_size": 8, "micro_batch_size": 4, "compute_dtype": "float32"},
 }
-
-
-@pytest.mark.slow
-def test_tiny_dag_end_to_end(tiny_dag, tmp_path):
-    args = tiny_args(tiny_dag)
-    res = tiny_dag / "results" / "toy"
-    for p in ("tables/main.md", "tables/main.tex", "tables/main.csv", "tables/settings_toyarith.md",
-              "figures/training_toy_toyarith.png", "figures/entropy_toy_toyarith_toyarith.png",
-              "figures/passk_toy_toyarith_toyarith.png",
-              "runs/toy/toyarith/fuzzy/seed0/selected.json", "eval/toy/base/toyarith/fuzzy_sample.json",
-              "tables/ood.md", "tables/ood.csv", "eval/toy/toyarith-hard-seed0/toychoice/loglik.json",
-              "figures/passk_toy_toyarith_toyarith.pdf", "report/reproduction.md", "report/reproduction.html",
-              "report/ledger.csv", "report/ledger_tables.csv", "report/ledger.html", "tables/main.cells.json"):
-        assert (res / p).exists(), p
-    assert not (res / "runs/toy/toyarith/hard/seed0/_resume").exists()  # resume state removed on success
-    result = json.loads((res / "eval/toy/toyarith-fuzzy-seed0/toyarith/fuzzy_sample.json").read_text())
-    assert result["n_samples"] == 2 and len(result["problems"]) == 6 and len(result["pass@k"]) == 2
-    assert result["provenance"]["inputs"]["selected"]["sha256"]
-    selected = json.loads((res / "runs/toy/toyarith/fuzzy/seed0/selected.json").read_text())
-    assert selected["step"] >= 1 and 0 in selected["validated_steps"]       # the base is the reference only
-    assert result["selection"]["step"] == selected["step"] and "improved_over_base" in result["selection"]
-    assert result["grading_timeouts"] == 0 and result["sigma_source"].startswith("base model's E")
-    loglik = json.loads((res / "eval/toy/toyarith-hard-seed0/toychoice/loglik.json").read_text())
-    assert loglik["selection"]["step"] >= 1
-    table = (res / "tables/main.md").read_text()
-    assert "no finetune" in table and "toyarith fuzzy" in table and "toyarith hard" in table
-    ood = (res / "tables/ood.md").read_text()
-    assert "toychoice Accuracy" in ood and "toychoice NLL Correct" in ood and "toyarith fuzzy" in ood
-
-    # the audit walks the table back to the data, and every link holds
-    audit = subprocess.run([str(BIN / "softtokens"), "audit", "results/toy/tables/main.md"], cwd=tiny_dag,
-                           capture_output=True, text=True)
-    assert audit.returncode == 0, audit.stdout
-    for stage in ("[tables]", "[evaluate]", "[select_checkpoint]", "[train]", "[build_toy_base]", "[prepare_data]"):
-        assert stage in audit.stdout
-
-    # the reproduction report: toy claims, no paper cell, a ledger of every job in CPU seconds
-    report = (res / "report/reproduction.md").read_text()
-    assert "This is the toy grid" in report and "0 of 162 cells measured" in report
-    ledger = pd.read_csv(res / "report/ledger.csv")
-    assert {"build_toy_base", "train", "select", "evaluate", "evaluate_loglik", "tables"} <= set(ledger.rule)
-    assert (ledger.gpu_hours == 0).all() and (ledger.wall_s > 0).all()
-    # one table cell back to its data, seed file by seed file
-    cell = subprocess.run([str(BIN / "softtokens"), "audit", "results/toy/tables/main.md", "--row", "toy toyarith hard",
-                           "--column", "toyarith Greedy pass@1"], cwd=tiny_dag, capture_output=True, text=True)
-    assert cell.returncode == 0, cell.stdout + cell.stderr
-    assert "chain intact" in cell.stdout and "[build_toy_base]" in cell.stdout and "[prepare_data]" in cell.stdout
-    # Snakemake's own report of the run: every table as an HTML page (shown inline, not a CSV link)
-    proc = snakemake(*args, "--report", str(tmp_path / "report.html"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    page = (tmp_path / "report.html").read_text()
-    for table in ("main.html", "settings_toyarith.html", "ood.html", "ledger.html", "ledger_tables.html"):
-        assert table in page, table
-    assert "<table" in (res / "tables/main.html").read_text()
-
-    # every training run streamed its scalars to TensorBoard, read back with TensorBoard's own reader
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    for arm in ("hard", "fuzzy"):
-        acc = EventAccumulator(str(res / f"runs/toy/toyarith/{arm}/seed0/tensorboard"))
-        acc.Reload()
-        tags = set(acc.Tags()["scalars"])
-        assert {"reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio",
-                "entropy", "cot/effective_tokens", "grad_norm", "learning_rate", "perf/rollout_tokens_per_s",
-                "perf/step_time_s", "reward/frac_100_correct", "reward/grading_timeouts",
-                "val/greedy_accuracy"} <= tags, tags
-        assert [e.step for e in acc.Scalars("reward")] == [1, 2, 3, 4]
-        assert ("replay/residual" in tags) == (arm == "fuzzy")
-
-    # one screen for the grid, from the results directory only
-    status = subprocess.run([str(BIN / "softtokens"), "status", "--config", "tiny.yaml"], cwd=tiny_dag,
-                            capture_output=True, text=True)
-    assert status.returncode == 0, status.stderr
-    assert "training runs 2: 2 done, 0 running, 0 failed, 0 pending" in status.stdout
-    assert "evaluate files" in status.stdout and "6: 6 done, 0 running, 0 failed, 0 pending" in status.stdout
-    assert "3: 3 done" in status.stdout  # out-of-domain: base and both runs
-
-    # nothing left to do; deleting one evaluation (of a copy) remakes it and what depends on it, nothing else
-    assert job_counts(snakemake(*args, "-n")) == {}
-    shutil.copytree(tiny_dag, tmp_path / "dag", symlinks=True)
-    args, res = tiny_args(tmp_path / "dag"), tmp_path / "dag" / "results" / "toy"
-    (res / "eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json").unlink()
-    counts = job_counts(snakemake(*args, "-n"))
-    assert counts == {"evaluate": 1, "tables": 1, "figures": 1, "reproduction_report": 1, "all": 1, "total": 5}, counts

@@ -16,6 +16,13 @@ fi
 socket="$state/munge/munge.socket"
 munged --force --socket="$socket" --pid-file="$state/munge/munged.pid" --log-file="$state/log/munged.log" \
   --seed-file="$state/munge/seed"
+# SLURM's commands read /etc/slurm/slurm.conf: a copy that was there is kept for stop_slurm.sh to put
+# back. (Left behind, it points every later `scontrol`, hence every `snakemake` start, whose slurm
+# plugin asks `scontrol show config` at import, at a controller that is gone: 9 s each.)
+if [ -e /etc/slurm/slurm.conf ] && [ ! -e "$state/slurm.conf.before" ]; then
+  cp -p /etc/slurm/slurm.conf "$state/slurm.conf.before"
+fi
+touch "$state/slurm.conf.written"
 cat > /etc/slurm/slurm.conf <<CONF
 ClusterName=softtokens-test
 SlurmctldHost=$host

@@ -1,0 +1,246 @@
+"""The tiny toy DAG, run once to the end with a real `snakemake` (the one ~100 s run of the
+suite): what it produced, end to end, then the faults around a job, where Snakemake acts (it deletes
+a job's declared outputs before it runs and after it fails), each scenario on a copy of it.
+docs/reliability.md lists the faults with their outcomes. One module, so that pytest-xdist runs it on
+one worker and the DAG is built once."""
+
+import copy
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import fault_env
+from test_workflow import BIN, ROOT, TINY, job_counts, snakemake, tiny_args
+
+RUN = "results/toy/runs/toy/toyarith/hard/seed0"
+
+
+@pytest.fixture(scope="module")
+def tiny_dag(tmp_path_factory):
+    """The tiny toy DAG run once to the end with a real `snakemake`, shared by the end-to-end test
+    and the fault scenarios (each of which works on a copy)."""
+    d = tmp_path_factory.mktemp("dag")
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    grid = copy.deepcopy(config["grids"]["toy"])
+    grid.update(copy.deepcopy(TINY))
+    grid["rl"] = {**grid["rl"], "steps": 4, "resume_save_minutes": 0}  # a resume state after every step
+    config["grids"] = {"toy": grid}
+    (d / "tiny.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(*tiny_args(d), "--cores", "2")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return d
+
+
+@pytest.mark.slow
+def test_tiny_dag_end_to_end(tiny_dag, tmp_path):
+    args = tiny_args(tiny_dag)
+    res = tiny_dag / "results" / "toy"
+    for p in ("tables/main.md", "tables/main.tex", "tables/main.csv", "tables/settings_toyarith.md",
+              "figures/training_toy_toyarith.png", "figures/entropy_toy_toyarith_toyarith.png",
+              "figures/passk_toy_toyarith_toyarith.png",
+              "runs/toy/toyarith/fuzzy/seed0/selected.json", "eval/toy/base/toyarith/fuzzy_sample.json",
+              "tables/ood.md", "tables/ood.csv", "eval/toy/toyarith-hard-seed0/toychoice/loglik.json",
+              "figures/passk_toy_toyarith_toyarith.pdf", "report/reproduction.md", "report/reproduction.html",
+              "report/ledger.csv", "report/ledger_tables.csv", "report/ledger.html", "tables/main.cells.json"):
+        assert (res / p).exists(), p
+    assert not (res / "runs/toy/toyarith/hard/seed0/_resume").exists()  # resume state removed on success
+    result = json.loads((res / "eval/toy/toyarith-fuzzy-seed0/toyarith/fuzzy_sample.json").read_text())
+    assert result["n_samples"] == 2 and len(result["problems"]) == 6 and len(result["pass@k"]) == 2
+    assert result["provenance"]["inputs"]["selected"]["sha256"]
+    selected = json.loads((res / "runs/toy/toyarith/fuzzy/seed0/selected.json").read_text())
+    assert selected["step"] >= 1 and 0 in selected["validated_steps"]       # the base is the reference only
+    assert result["selection"]["step"] == selected["step"] and "improved_over_base" in result["selection"]
+    assert result["grading_timeouts"] == 0 and result["sigma_source"].startswith("base model's E")
+    loglik = json.loads((res / "eval/toy/toyarith-hard-seed0/toychoice/loglik.json").read_text())
+    assert loglik["selection"]["step"] >= 1
+    table = (res / "tables/main.md").read_text()
+    assert "no finetune" in table and "toyarith fuzzy" in table and "toyarith hard" in table
+    ood = (res / "tables/ood.md").read_text()
+    assert "toychoice Accuracy" in ood and "toychoice NLL Correct" in ood and "toyarith fuzzy" in ood
+
+    # the audit walks the table back to the data, and every link holds
+    audit = subprocess.run([str(BIN / "softtokens"), "audit", "results/toy/tables/main.md"], cwd=tiny_dag,
+                           capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout
+    for stage in ("[tables]", "[evaluate]", "[select_checkpoint]", "[train]", "[build_toy_base]", "[prepare_data]"):
+        assert stage in audit.stdout
+
+    # the reproduction report: toy claims, no paper cell, a ledger of every job in CPU seconds
+    report = (res / "report/reproduction.md").read_text()
+    assert "This is the toy grid" in report and "0 of 162 cells measured" in report
+    ledger = pd.read_csv(res / "report/ledger.csv")
+    assert {"build_toy_base", "train", "select", "evaluate", "evaluate_loglik", "tables"} <= set(ledger.rule)
+    assert (ledger.gpu_hours == 0).all() and (ledger.wall_s > 0).all()
+    # one table cell back to its data, seed file by seed file
+    cell = subprocess.run([str(BIN / "softtokens"), "audit", "results/toy/tables/main.md", "--row", "toy toyarith hard",
+                           "--column", "toyarith Greedy pass@1"], cwd=tiny_dag, capture_output=True, text=True)
+    assert cell.returncode == 0, cell.stdout + cell.stderr
+    assert "chain intact" in cell.stdout and "[build_toy_base]" in cell.stdout and "[prepare_data]" in cell.stdout
+    # Snakemake's own report of the run: every table as an HTML page (shown inline, not a CSV link)
+    proc = snakemake(*args, "--report", str(tmp_path / "report.html"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = (tmp_path / "report.html").read_text()
+    for table in ("main.html", "settings_toyarith.html", "ood.html", "ledger.html", "ledger_tables.html"):
+        assert table in page, table
+    assert "<table" in (res / "tables/main.html").read_text()
+
+    # every training run streamed its scalars to TensorBoard, read back with TensorBoard's own reader
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for arm in ("hard", "fuzzy"):
+        acc = EventAccumulator(str(res / f"runs/toy/toyarith/{arm}/seed0/tensorboard"))
+        acc.Reload()
+        tags = set(acc.Tags()["scalars"])
+        assert {"reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio",
+                "entropy", "cot/effective_tokens", "grad_norm", "learning_rate", "perf/rollout_tokens_per_s",
+                "perf/step_time_s", "reward/frac_100_correct", "reward/grading_timeouts",
+                "val/greedy_accuracy"} <= tags, tags
+        assert [e.step for e in acc.Scalars("reward")] == [1, 2, 3, 4]
+        assert ("replay/residual" in tags) == (arm == "fuzzy")
+
+    # one screen for the grid, from the results directory only
+    status = subprocess.run([str(BIN / "softtokens"), "status", "--config", "tiny.yaml"], cwd=tiny_dag,
+                            capture_output=True, text=True)
+    assert status.returncode == 0, status.stderr
+    assert "training runs 2: 2 done, 0 running, 0 failed, 0 pending" in status.stdout
+    assert "evaluate files" in status.stdout and "6: 6 done, 0 running, 0 failed, 0 pending" in status.stdout
+    assert "3: 3 done" in status.stdout  # out-of-domain: base and both runs
+
+    # nothing left to do; deleting one evaluation (of a copy) remakes it and what depends on it, nothing else
+    assert job_counts(snakemake(*args, "-n")) == {}
+    shutil.copytree(tiny_dag, tmp_path / "dag", symlinks=True)
+    args, res = tiny_args(tmp_path / "dag"), tmp_path / "dag" / "results" / "toy"
+    (res / "eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json").unlink()
+    counts = job_counts(snakemake(*args, "-n"))
+    assert counts == {"evaluate": 1, "tables": 1, "figures": 1, "reproduction_report": 1, "all": 1, "total": 5}, counts
+
+
+
+def _args(d: Path) -> list[str]:
+    return tiny_args(d)
+
+
+def _copy(tiny_dag: Path, tmp_path: Path) -> Path:
+    d = tmp_path / "dag"
+    shutil.copytree(tiny_dag, d, symlinks=True)
+    return d
+
+
+def _train_rows(path: Path) -> list[dict]:
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return [{k: v for k, v in r.items() if not k.startswith("seconds")} for r in rows]
+
+
+def test_a_failing_rerun_keeps_the_results_it_was_to_replace(tiny_dag, tmp_path):
+    """A malformed benchmark row, then a forced rerun of the base model's evaluation: the job fails,
+    the previous evaluation files are back with their provenance, and the console says where."""
+    d = _copy(tiny_dag, tmp_path)
+    evals = sorted((d / "results/toy/eval/toy/base/toyarith").glob("*.json"))
+    before = {p: p.read_bytes() for p in evals}
+    data = d / "results/toy/data/toyarith/test.jsonl"
+    lines = data.read_text().splitlines()
+    data.write_text("\n".join(lines) + "\n{not json\n")
+    proc = snakemake(*_args(d), "--cores", "1", "--forcerun", "evaluate",
+                     "results/toy/eval/toy/base/toyarith/hard_greedy.json")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"test.jsonl:{len(lines) + 1}" in out and "not valid JSON" in out  # the first error line, on the console
+    assert "Restored previous version" in out
+    assert {p: p.read_bytes() for p in evals} == before
+
+
+def test_an_interrupted_retrain_leaves_nothing_resting_on_a_deleted_checkpoint(tiny_dag, tmp_path):
+    """A forced retrain that crashes: the run's previous metrics and checkpoints are back, every table
+    still audits to intact links, and the run's attempts are numbered on (1, 2; the rerun 3)."""
+    d = _copy(tiny_dag, tmp_path)
+    before = (d / RUN / "metrics.jsonl").read_bytes()
+    # the target first (--configfile and --forcerun take every word after them): only this run retrains
+    proc = snakemake(f"{RUN}/metrics.jsonl", *_args(d), "--cores", "1", "--forcerun", "train",
+                     env=fault_env("crash_at_step=2"))
+    assert proc.returncode != 0 and "injected crash" in proc.stdout + proc.stderr
+    assert (d / RUN / "metrics.jsonl").read_bytes() == before and (d / RUN / "checkpoints/best").is_dir()
+    audit = subprocess.run([str(BIN / "softtokens"), "audit", "results/toy/tables/main.md"], cwd=d,
+                           capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout[-3000:]
+    attempts = [json.loads(x) for x in (d / RUN / "attempts.jsonl").read_text().splitlines()]
+    assert [a["attempt"] for a in attempts] == [1, 2]
+    proc = snakemake(f"{RUN}/metrics.jsonl", *_args(d), "--cores", "1", "--forcerun", "train")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    attempts = [json.loads(x) for x in (d / RUN / "attempts.jsonl").read_text().splitlines()]
+    assert [a["attempt"] for a in attempts] == [1, 2, 3] and attempts[-1]["resumed_from_step"] == 2
+    assert _train_rows(d / RUN / "metrics.jsonl") == _train_rows(tiny_dag / RUN / "metrics.jsonl")
+
+
+def test_a_truncated_checkpoint_is_named_before_evaluation(tiny_dag, tmp_path):
+    d = _copy(tiny_dag, tmp_path)
+    target = "results/toy/eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json"
+    before = (d / target).read_bytes()
+    weights = d / RUN / "checkpoints/best/model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    proc = snakemake(*_args(d), "--cores", "1", "--forcerun", "evaluate", target)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "checkpoint" in out and "model.safetensors has 100 bytes" in out
+    assert (d / target).read_bytes() == before
+
+
+def test_sigkill_of_the_whole_run_mid_training_then_a_rerun_is_bit_identical(tiny_dag, tmp_path):
+    """SIGKILL to Snakemake and its jobs while a forced retrain runs, then `--unlock` and a plain rerun
+    (which reruns the incomplete job; profiles/default): the run resumes from its saved step, and
+    its metrics and weights equal the uninterrupted run's."""
+    d = _copy(tiny_dag, tmp_path)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen([str(BIN / "snakemake"), *_args(d), "--cores", "1", "--forcerun", "train",
+                             f"{RUN}/metrics.jsonl"], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = d / RUN / "_resume/latest/trainer_state.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if state.exists() and 1 <= json.loads(state.read_text() or "{}").get("step", 0) < 4:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert state.exists(), "the retrain never saved a resume state before it was killed"
+    assert snakemake(*_args(d), "--unlock").returncode == 0
+    rerun = snakemake(*_args(d), "--cores", "1", f"{RUN}/metrics.jsonl")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert _train_rows(d / RUN / "metrics.jsonl") == _train_rows(tiny_dag / RUN / "metrics.jsonl")
+    for f in ("best/model.safetensors", "latest/model.safetensors"):
+        assert (d / RUN / "checkpoints" / f).read_bytes() == (tiny_dag / RUN / "checkpoints" / f).read_bytes()
+
+
+def test_outputs_are_group_readable(tiny_dag):
+    """Results respect the umask (a plain open's mode), not mkstemp's 0600: a group on a shared file
+    system reads them."""
+    mask = os.umask(0)
+    os.umask(mask)
+    want = 0o444 & ~mask
+    unreadable = [p for p in (tiny_dag / "results/toy").rglob("*")
+                  if p.is_file() and stat.S_IMODE(p.stat().st_mode) & 0o444 != want]
+    assert not unreadable, unreadable[:5]
+
+
+def test_settle_removes_stale_backups_and_restores_lost_outputs(tmp_path):
+    from softtokens.run.backups import settle
+
+    whole, lost = tmp_path / "out" / "whole.json", tmp_path / "out" / "lost"
+    whole.parent.mkdir()
+    whole.write_text("new")
+    backups = tmp_path / ".snakemake" / "backups"
+    (backups / "whole.json").parent.mkdir(parents=True)
+    (backups / "whole.json").write_text("old")
+    (backups / "lost").mkdir()
+    (backups / "lost" / "model.safetensors").write_text("weights")
+    done = settle([(whole, backups / "whole.json"), (lost, backups / "lost"), (tmp_path / "x", backups / "x")])
+    assert whole.read_text() == "new" and not (backups / "whole.json").exists()
+    assert (lost / "model.safetensors").read_text() == "weights" and not (backups / "lost").exists()
+    assert len(done) == 2
