@@ -2,7 +2,13 @@
 import pytest
 
 from softtokens.model.checkpoint import TrainerState
-from softtokens.run.files import atomic_dir, atomic_path, sha256_path, write_json
+from softtokens.run.files import (
+    atomic_dir,
+    atomic_path,
+    read_jsonl,
+    sha256_path,
+    write_json,
+)
 from softtokens.run.provenance import Provenance, audit, read_record
 from softtokens.train.selection import check_checkpoint, select_best
 
@@ -21,6 +27,17 @@ def test_atomic_write_leaves_nothing_on_crash(tmp_path):
             (d / "w.bin").write_text("x")
             raise RuntimeError("crash")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_a_jsonl_read_while_written_leaves_out_only_a_half_written_last_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "rew')
+    assert read_jsonl(path, while_written=True) == [{"step": 1}, {"step": 2}]
+    with pytest.raises(ValueError):
+        read_jsonl(path)                         # a finished file must be whole
+    path.write_text('{"step": 1}\n{"st\n{"step": 3}\n')
+    with pytest.raises(ValueError):
+        read_jsonl(path, while_written=True)     # a bad line before the last is damage, not a writer at work
 
 
 def test_directory_hash_ignores_its_provenance(tmp_path):

@@ -44,7 +44,9 @@ def test_status_of_a_grid_with_a_run_in_every_state(tmp_path, capsys):
     run = {s: Path(results) / "runs/toy/toyarith/hard" / f"seed{s}" for s in range(4)}
     write_rows(run[0] / paths.METRICS, steps(total))                       # done
     write_rows(run[0] / paths.ATTEMPTS, [{"attempt": 1, "host": "elsewhere"}, {"attempt": 2, "host": "elsewhere"}])
-    write_rows(run[1] / paths.RESUME / paths.METRICS, steps(5))             # running: written a minute ago
+    write_rows(run[1] / paths.RESUME / paths.METRICS, steps(5))             # running: written a minute ago,
+    with open(run[1] / paths.RESUME / paths.METRICS, "a") as f:            # its step 6 half-way written
+        f.write('{"kind": "train", "step": 6, "rew')
     write_rows(run[1] / paths.ATTEMPTS, [{"attempt": 1, "host": "node7"}], age_s=600)
     os.utime(run[1] / paths.RESUME / paths.METRICS, (time.time() - 60,) * 2)
     write_rows(run[2] / paths.RESUME / paths.METRICS, steps(9), age_s=2 * STALE_AFTER_S)  # failed: silent

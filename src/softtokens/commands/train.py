@@ -86,11 +86,11 @@ def cmd_train(a) -> None:
 
 
 def cmd_select(a) -> None:
-    from softtokens.run.files import write_json
+    from softtokens.run.files import read_jsonl, write_json
     from softtokens.run.provenance import Provenance
     from softtokens.train.selection import check_checkpoint, select_best
 
-    metrics = [json.loads(x) for x in Path(a.metrics).read_text().splitlines() if x.strip()]
+    metrics = read_jsonl(Path(a.metrics))
     best_ckpt = Path(a.checkpoints) / "best"
     prov = Provenance("select_checkpoint", {"rule": "max greedy validation accuracy over trained steps (>= 1), "
                                                     "earliest step on ties; step 0 (the base) is the reference"},

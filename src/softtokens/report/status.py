@@ -16,7 +16,6 @@ Snakemake API), and after. What it reads:
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -26,22 +25,11 @@ from pathlib import Path
 from softtokens.report import ledger
 from softtokens.run import paths
 from softtokens.run.config import cell_rl
+from softtokens.run.files import read_jsonl
 from softtokens.run.jobs import GridJobs
 
 STALE_AFTER_S = 15 * 60   # a run or evaluation silent for longer is not running (a step is minutes at most)
 STATES = ("done", "running", "failed", "pending")
-
-
-def _rows(path: Path) -> list[dict]:
-    """JSON lines, skipping a line a running job is half-way through writing."""
-    out = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
 
 
 def _alive(attempt: dict | None) -> bool | None:
@@ -76,8 +64,8 @@ def run_status(run_dir: Path, name: str, steps: int, gpus: int, bench: dict, now
     """``name``: the run's job name (paths.RUN_JOB); ``bench``: job id -> (wall seconds, GPU-hours)
     of finished jobs (their benchmark files)."""
     done_metrics, resume = run_dir / paths.METRICS, run_dir / paths.RESUME
-    attempts = _rows(run_dir / paths.ATTEMPTS)
-    rows = _rows(done_metrics) if done_metrics.is_file() else _rows(resume / paths.METRICS)
+    attempts = read_jsonl(run_dir / paths.ATTEMPTS, while_written=True)
+    rows = read_jsonl(done_metrics if done_metrics.is_file() else resume / paths.METRICS, while_written=True)
     train = [r for r in rows if r.get("kind") == "train"]
     vals = [r for r in rows if r.get("kind") == "validation"]
     step = train[-1]["step"] if train else 0

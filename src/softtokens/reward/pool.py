@@ -54,6 +54,13 @@ def _worker(conn, timeout_s: float, grade_fn) -> None:
             conn.send((i, tuple(grade_fn(completion, gold, timeout_s))))
 
 
+def _end(proc, conn) -> None:
+    """A worker killed (it ignores the stop signals) and reaped, its pipe closed."""
+    proc.kill()
+    proc.join()
+    conn.close()
+
+
 class GradingPool:
     def __init__(self, workers: int = 1, timeout_s: float = GRADING_TIMEOUT_S, grade_fn=grade):
         """``grade_fn(completion, gold, timeout_s) -> Grade``, a module-level function (the workers
@@ -82,9 +89,7 @@ class GradingPool:
                 return True
         except (EOFError, OSError):  # it died starting (an import error, no memory)
             pass
-        proc.kill()
-        proc.join()
-        conn.close()
+        _end(proc, conn)
         self._dead_in_a_row += 1
         if self._dead_in_a_row >= MAX_DEAD:
             self.close()
@@ -103,10 +108,7 @@ class GradingPool:
         self._procs += self._start_all(self.workers - len(self._procs))
 
     def _replace(self, k: int) -> None:
-        proc, conn = self._procs[k]
-        proc.kill()
-        proc.join()
-        conn.close()
+        _end(*self._procs[k])
         self._procs[k] = self._start_all(1)[0]
         self.killed += 1
 

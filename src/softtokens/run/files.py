@@ -125,7 +125,16 @@ def recover_dir(final: Path) -> None:
         os.replace(old, final)
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path, while_written: bool = False) -> list[dict]:
+    """One dict per line. ``while_written``: the file may be read as a running job appends to it,
+    so a last line half-way through being written is left out (any other bad line still raises)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in (lines[:-1] if while_written else lines)]
+    if while_written and lines:
+        try:
+            rows.append(json.loads(lines[-1]))
+        except json.JSONDecodeError:
+            pass
+    return rows
