@@ -46,13 +46,17 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)
 
 
+THREADS = torch.get_num_threads()  # the worker's own, before any test
+
+
 @pytest.fixture(autouse=True)
 def _torch_threads_restored():
     """A command run in process (cli.main) or a Trainer sets torch's thread count for the process;
-    the tests after it must not inherit it (a float32 sum's order, hence its last bits, follows it)."""
-    threads = torch.get_num_threads()
+    no test may inherit it (a float32 sum's order, hence its last bits, follows it). Set before each
+    test too: a module's fixtures (a training run in process) are made before this one starts."""
+    torch.set_num_threads(THREADS)
     yield
-    torch.set_num_threads(threads)
+    torch.set_num_threads(THREADS)
 
 
 def fault_env(fault: str, environ: dict | None = None) -> dict:

@@ -124,7 +124,13 @@ def _assert_same_rollout(fast, ref, model, toy_tokenizer, setting):
     assert torch.equal(fast.cot_len, ref.cot_len) and torch.equal(fast.stopped, ref.stopped)
     torch.testing.assert_close(fast.cot_entropy, ref.cot_entropy, atol=1e-5, rtol=0)
     if setting.mode != "hard":
-        torch.testing.assert_close(fast.noisy_inputs, ref.noisy_inputs, atol=1e-5, rtol=0)
+        # fuzzy: the softmax at tau = 1e-4 multiplies a logit's float32 rounding (~1e-7, which follows
+        # the summation order, hence torch's thread count) by up to 0.25 / tau in the mixture's weights:
+        # where two tokens nearly tie, the mixture moves by up to ~1e-4 (a wrong mixture: by the
+        # embeddings' own scale, ~1e-2). Everywhere else it agrees as soft's does.
+        diff = (fast.noisy_inputs - ref.noisy_inputs).abs()
+        assert diff.max() <= (1e-5 if setting.mode == "soft" else 1e-3), diff.max()
+        assert (diff > 1e-5).float().mean() <= 1e-3
         assert fast.noisy_inputs.dtype == torch.float32
     sigma = _sigma(setting) or 1.0
     with torch.no_grad():

@@ -3,6 +3,8 @@ module level or inside a function), no circle between modules, no module over 40
 class over 200 (docs/layout.md)."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "softtokens"
@@ -133,3 +135,33 @@ def test_the_names_that_must_not_drift_live_at_their_homes():
     assert list(INFERENCE_SETTINGS) == ["hard_greedy", "hard_sample", "soft_greedy", "soft_sample", "fuzzy_greedy",
                                         "fuzzy_sample"]
     assert INFERENCE_SETTINGS["soft_sample"] == ("soft", 0.5, 0.33)
+
+
+def test_the_workflow_and_the_jobs_that_compute_nothing_load_neither_torch_nor_transformers():
+    """Every `snakemake` start (and every job a cluster executor starts) parses the workflow, and the
+    data, selection, table, figure and report jobs are small: torch and transformers would be most of
+    their time (~1.3 s and ~1.5 s of start-up each). Only jobs that run a model load them."""
+    code = ("import sys\n"
+            # what workflow/rules/common.smk imports, and the plan check of the paper grid (hub models)
+            "from softtokens.data.sources import loader_kind\n"
+            "from softtokens.run.config import check_config, load_config\n"
+            "from softtokens.run.jobs import GridJobs\n"
+            "from softtokens.run.backups import settle\n"
+            "from softtokens.run.slurm_check import status_command_problem\n"
+            "from softtokens.train.plan import check_plan\n"
+            "config = load_config('config.yaml', loader_kind)\n"
+            "for grid in ('toy', 'paper'):\n"
+            "    check_plan(config, grid)\n"
+            "    GridJobs({**config, 'grid': grid}).all_targets()\n"
+            # the commands of the jobs that run no model, and the provenance record each job writes
+            "import softtokens.cli\n"
+            "from softtokens.data.splits import prepare\n"
+            "from softtokens.train.selection import select_best, check_checkpoint\n"
+            "from softtokens.report import tables, figures, page, ablations, audit, status\n"
+            "from softtokens.run.provenance import Provenance\n"
+            "Provenance('tables', {}).record()\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parents[1], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "[]"

@@ -165,18 +165,29 @@ def test_memory_plan_matches_what_fsdp_allocates(paper_base, tmp_path):
 
 
 # ---------------------------------------------------------------- two processes (torchrun, gloo)
-def cli_train(base: Path, out: Path, settings: dict, processes: int, fault: str | None = None):
-    args = ["-m", "softtokens", "train", "--settings", json.dumps(settings), "--base", str(base / "model"),
+def train_args(base: Path, out: Path, settings: dict) -> list[str]:
+    return ["train", "--settings", json.dumps(settings), "--base", str(base / "model"),
             "--train", str(base / "train.jsonl"), "--validation", str(base / "validation.jsonl"),
             "--state-dir", str(out / "_resume"), "--checkpoints", str(out / "checkpoints"),
             "--metrics", str(out / "metrics.jsonl")]
-    if processes > 1:  # on a GPU node the rule runs `accelerate launch --multi_gpu`; on CPU, torchrun (gloo)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-               "--master_port", str(29500 + (os.getpid() + len(str(out))) % 1000), *args]
-    else:
-        cmd = [sys.executable, *args]
+
+
+def cli_train(base: Path, out: Path, settings: dict, processes: int, fault: str | None = None):
+    """The training command on ``processes`` FSDP processes (torchrun, gloo), meeting ``fault``."""
+    # on a GPU node the rule runs `accelerate launch --multi_gpu`; on CPU, torchrun (gloo)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+           "--master_port", str(29500 + (os.getpid() + len(str(out))) % 1000), "-m", "softtokens",
+           *train_args(base, out, settings)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=fault_env(fault, env) if fault else env)
+
+
+def train_here(base: Path, out: Path, settings: dict) -> None:
+    """The one-process reference, the same command in this process (cli.main, --threads 1, as each
+    torchrun process's OMP_NUM_THREADS=1): an interpreter and its imports fewer."""
+    from softtokens.cli import main
+
+    assert main(train_args(base, out, settings)) == 0
 
 
 @pytest.fixture(scope="module")
@@ -185,10 +196,10 @@ def paper_runs(paper_base, tmp_path_factory):
     d = tmp_path_factory.mktemp("runs")
     settings = paper_settings(steps=3, val_every=1)
     done = {}
-    for name, procs in (("one", 1), ("two", 2)):
-        r = cli_train(paper_base, d / name, settings, procs)
-        assert r.returncode == 0, r.stderr[-4000:]
-        done[name] = d / name
+    train_here(paper_base, d / "one", settings)
+    r = cli_train(paper_base, d / "two", settings, 2)
+    assert r.returncode == 0, r.stderr[-4000:]
+    done.update(one=d / "one", two=d / "two")
     crashed = cli_train(paper_base, d / "resumed", settings, 2, fault="crash_at_step=2")
     assert crashed.returncode != 0 and "injected crash" in crashed.stderr
     assert (d / "resumed" / "_resume" / "latest" / "optimizer").is_dir()
@@ -239,19 +250,17 @@ def test_paper_checkpoint_evaluates(paper_runs, paper_base, tmp_path):
     ev = config["grids"]["paper"]["evaluation"]
     rl = resolved_rl(config, "paper")
     run = paper_runs["two"]
-    sel = subprocess.run([sys.executable, "-m", "softtokens", "select", "--metrics", str(run / "metrics.jsonl"),
-                          "--checkpoints", str(run / "checkpoints"), "--out", str(tmp_path / "selected.json")],
-                         capture_output=True, text=True, timeout=300)
-    assert sel.returncode == 0, sel.stderr[-3000:]
+    from softtokens.cli import main
+
+    assert main(["select", "--metrics", str(run / "metrics.jsonl"), "--checkpoints", str(run / "checkpoints"),
+                 "--out", str(tmp_path / "selected.json")]) == 0
     settings = {"n_samples": 2, "cot_max_tokens": 8, "answer_max_tokens": ev["answer_max_tokens"],
                 "batch_size": ev["batch_size"], "seed": ev["seed"],
                 "dtype": rl["compute_dtype"], "grading_timeout_s": rl["grading_timeout_s"],
                 **{k: rl[k] for k in (*COT_KEYS, *PLACEMENT_KEYS)}}
     out = tmp_path / "soft_sample.json"
-    r = subprocess.run([sys.executable, "-m", "softtokens", "evaluate", "--settings", json.dumps(settings),
-                        "--selected", str(tmp_path / "selected.json"), "--data", str(paper_base / "validation.jsonl"),
-                        "--setting", "soft_sample", "--out", str(out)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert main(["evaluate", "--settings", json.dumps(settings), "--selected", str(tmp_path / "selected.json"),
+                 "--data", str(paper_base / "validation.jsonl"), "--setting", "soft_sample", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["n_samples"] == 2 and result["n_problems"] == 2
     assert result["sigma_source"].startswith("base model's E") and result["provenance"]["config"]["dtype"] == "bfloat16"
@@ -263,11 +272,11 @@ def test_fuzzy_diagnostics_and_group_clipping_under_fsdp_match_one_process(paper
     each a norm over FSDP shards) trains on 2 processes as on 1."""
     settings = paper_settings("fuzzy", steps=3, val_every=3, max_grad_norm_ratio=0.5, grad_norm_window=2,
                               grad_clip_groups="embedding_rest")
-    runs = {}
-    for procs in (1, 2):
-        r = cli_train(paper_base, tmp_path / str(procs), settings, procs)
-        assert r.returncode == 0, r.stderr[-4000:]
-        runs[procs] = [m for m in read_rows(tmp_path / str(procs) / "metrics.jsonl") if m["kind"] == "train"]
+    train_here(paper_base, tmp_path / "1", settings)
+    r = cli_train(paper_base, tmp_path / "2", settings, 2)
+    assert r.returncode == 0, r.stderr[-4000:]
+    runs = {procs: [m for m in read_rows(tmp_path / str(procs) / "metrics.jsonl") if m["kind"] == "train"]
+            for procs in (1, 2)}
     # bf16 forwards of differently padded shards: norms agree to ~0.3 %, not to the last bit; the
     # Jacobian scale at tau = 1e-4 turns such differences into large ones, so only its range is checked
     for x, y in zip(runs[1], runs[2]):

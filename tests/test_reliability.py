@@ -2,11 +2,16 @@
 step, SIGTERM (scancel, preemption, SLURM's time-limit warning), a crash while writing a
 checkpoint, a truncated or missing resume file, a NaN loss. After each, the rerun ends where
 an uninterrupted run ends, bit for bit: the same metrics (less wall-clock timings) and the same
-checkpoint bytes. docs/reliability.md lists every fault and its outcome."""
+checkpoint bytes. docs/reliability.md lists every fault and its outcome.
+
+The faulted run is a process of its own (signalled, or crashed by tests/faults); the reruns and the
+uninterrupted run it is compared with are the same CLI called in this process (one thread, as the
+child's OMP_NUM_THREADS=1), which saves an interpreter, torch and transformers start-up per run."""
 
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,9 +43,20 @@ def train_cmd(base: Path, out: Path, settings: dict = SETTINGS) -> list[str]:
 
 
 def run(base, out, fault=None, settings=SETTINGS):
+    """The training command in a process of its own, meeting ``fault`` (tests/faults)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(train_cmd(base, out, settings), capture_output=True, text=True, timeout=600,
                           env=fault_env(fault, env) if fault else env)
+
+
+def run_here(base, out, capsys, settings=SETTINGS) -> str:
+    """The same command, no fault, in this process (cli.main, --threads 1): what it printed."""
+    from softtokens.cli import main
+
+    capsys.readouterr()
+    assert main(train_cmd(base, out, settings)[3:]) == 0
+    done = capsys.readouterr()
+    return done.out + done.err
 
 
 def outcome(out: Path) -> tuple[list[dict], dict[str, bytes]]:
@@ -64,9 +80,10 @@ def assert_same(got, want, what=""):
 
 @pytest.fixture(scope="module")
 def straight(base, tmp_path_factory):
+    from softtokens.cli import main
+
     out = tmp_path_factory.mktemp("straight")
-    r = run(base, out)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert main(train_cmd(base, out)[3:]) == 0
     return outcome(out)
 
 
@@ -89,45 +106,48 @@ def _kill_at(base, out, step: int, sig) -> subprocess.Popen:
     return proc
 
 
-def test_sigkill_at_a_random_step_then_rerun_equals_an_uninterrupted_run(base, tmp_path, straight):
+def test_sigkill_at_a_random_step_then_rerun_equals_an_uninterrupted_run(base, tmp_path, straight, capsys):
     step = random.Random(os.getpid()).randint(1, SETTINGS["steps"] - 1)
     killed = _kill_at(base, tmp_path, step, signal.SIGKILL)
     assert killed.returncode == -signal.SIGKILL, f"killed at step {step}: {killed.stdout.read()[-2000:]}"
     assert not (tmp_path / "metrics.jsonl").exists()  # nothing declared was left half-made
-    r = run(base, tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "=== attempt 2" in r.stdout + r.stderr
+    assert "=== attempt 2" in run_here(base, tmp_path, capsys)
     assert_same(outcome(tmp_path), straight, f"killed at step {step}")
 
 
-def test_sigterm_saves_the_resume_state_and_the_rerun_equals_an_uninterrupted_run(base, tmp_path, straight):
+def test_sigterm_saves_the_resume_state_and_the_rerun_equals_an_uninterrupted_run(base, tmp_path, straight,
+                                                                                  capsys):
     termed = _kill_at(base, tmp_path, 2, signal.SIGTERM)
     text = termed.stdout.read()
     assert termed.returncode != 0 and "SIGTERM received: resume state saved at step" in text, text[-2000:]
     saved = json.loads((tmp_path / "_resume" / "latest" / "trainer_state.json").read_text())["step"]
     assert saved >= 2  # the step in flight finished and was saved, not lost
-    r = run(base, tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert f"resumed from step {saved}" in r.stdout + r.stderr
+    assert f"resumed from step {saved}" in run_here(base, tmp_path, capsys)
     assert_same(outcome(tmp_path), straight)
     attempts = json.loads(Path(str(tmp_path / "metrics.jsonl") + ".prov.json").read_text())["attempts"]
     assert [a["resumed_from_step"] for a in attempts] == [0, saved]
 
 
-def test_a_crash_while_writing_a_checkpoint_resumes_from_the_previous_one(base, tmp_path, straight):
+def test_a_crash_while_writing_a_checkpoint_resumes_from_the_previous_one(base, tmp_path, straight, capsys):
     r = run(base, tmp_path, fault="crash_in_save=4")
     assert r.returncode != 0 and "injected crash while writing the latest checkpoint of step 4" in r.stderr
     assert json.loads((tmp_path / "_resume" / "latest" / "trainer_state.json").read_text())["step"] == 3
-    r = run(base, tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "resumed from step 3" in r.stdout + r.stderr
+    assert "resumed from step 3" in run_here(base, tmp_path, capsys)
     assert_same(outcome(tmp_path), straight)
 
 
+@pytest.fixture(scope="module")
+def crashed(base, tmp_path_factory):
+    """A run crashed before step 5, its resume state saved at step 4 (each damage below on a copy)."""
+    out = tmp_path_factory.mktemp("crashed")
+    r = run(base, out, fault="crash_at_step=4")
+    assert r.returncode != 0 and "injected crash before step 5" in r.stderr, r.stderr[-3000:]
+    return out
+
+
 @pytest.mark.parametrize("damage", ["truncate", "delete", "garble_state"])
-def test_a_damaged_resume_state_is_never_loaded(base, tmp_path, straight, damage):
-    r = run(base, tmp_path, fault="crash_at_step=4")
-    assert r.returncode != 0
+def test_a_damaged_resume_state_is_never_loaded(base, tmp_path, straight, crashed, damage, capsys):
+    shutil.copytree(crashed, tmp_path, dirs_exist_ok=True)
     latest = tmp_path / "_resume" / "latest"
     weights = latest / "model.safetensors"
     if damage == "truncate":
@@ -136,9 +156,8 @@ def test_a_damaged_resume_state_is_never_loaded(base, tmp_path, straight, damage
         weights.unlink()
     else:
         (latest / "trainer_state.json").write_text('{"step": 4, "best')
-    r = run(base, tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "resume state not used" in r.stdout + r.stderr and "fresh start at step 0" in r.stdout + r.stderr
+    text = run_here(base, tmp_path, capsys)
+    assert "resume state not used" in text and "fresh start at step 0" in text
     assert_same(outcome(tmp_path), straight)
     assert list(tmp_path.glob("_resume.unusable-*"))  # kept aside for a look, not deleted
 

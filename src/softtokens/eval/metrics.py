@@ -1,10 +1,13 @@
-"""pass@k and CoT entropy: the numbers the paper's tables and entropy figures are made of."""
+"""pass@k and CoT entropy: the numbers the paper's tables and entropy figures are made of.
+torch is imported where a tensor is summed, not here: the report jobs read pass@k without it."""
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -29,6 +32,8 @@ def mean_pass_at_k(counts: list[tuple[int, int]], k: int) -> float:
 def entropy_sums(entropy: torch.Tensor, valid: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per CoT position, the sum of entropies over valid (non-pad CoT) rows and their count, so
     batches can be accumulated. entropy, valid: (N, T); the result is cut or padded to width."""
+    import torch
+
     valid = valid.to(torch.float32)
     total, count = torch.zeros(width), torch.zeros(width)
     w = min(width, entropy.shape[1])

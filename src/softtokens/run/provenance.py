@@ -15,6 +15,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -65,15 +66,13 @@ def _cpu_model() -> str:
 
 def _device() -> dict:
     """What ran the job. On a CPU, torch's kernel capability (e.g. AVX2, AVX512) is recorded too:
-    the same seed gives the same numbers on one kind of host, not across vector instruction sets."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return {"kind": "cuda", "name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count()}
-        capability = torch.backends.cpu.get_cpu_capability()
-    except ImportError:
-        capability = None
+    the same seed gives the same numbers on one kind of host, not across vector instruction sets.
+    A job that never imported torch (data, selection, tables, figures, the report) computed nothing
+    with it: it ran on the CPU, and torch (~1.3 s of start-up) is not loaded just to say so."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        return {"kind": "cuda", "name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count()}
+    capability = None if torch is None else torch.backends.cpu.get_cpu_capability()
     return {"kind": "cpu", "name": _cpu_model(), "count": os.cpu_count(), "torch_cpu_capability": capability}
 
 

@@ -15,6 +15,10 @@ from softtokens.engine.settings import CotSetting, Placement, cot_settings, plac
 from softtokens.run.config import PAPER_RL
 from softtokens.run.names import COT_KEYS
 
+# steps whose float32 logits the update pass holds at once (train.rloo.rollout_log_probs; the memory
+# plan counts them, without importing torch)
+LOGIT_CHUNK_STEPS = 64
+
 
 @dataclass(frozen=True)
 class TrainConfig:

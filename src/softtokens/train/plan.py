@@ -30,7 +30,7 @@ from pathlib import Path
 
 from softtokens.run.config import EVAL_DEFAULTS, cell_rl, resolved_rl
 from softtokens.run.jobs import train_processes
-from softtokens.train.rloo import LOGIT_CHUNK_STEPS
+from softtokens.train.config import LOGIT_CHUNK_STEPS
 
 GB = 1e9
 ARCHITECTURES = Path(__file__).resolve().parents[1] / "architectures"
@@ -83,13 +83,64 @@ def toy_architecture(toy_base: dict) -> Architecture:
     return _from_config_json(json.dumps(cfg), "toy")
 
 
+# The decoder families the grids use, their parameter lists written out in the model classes' own
+# order (tests/test_plan.py holds them equal to transformers' classes built on the meta device).
+# Planning a grid then needs neither torch nor transformers: every `snakemake` start parses the
+# workflow, which checks the plan, and so does every job a cluster executor starts.
+# Fields a config.json may leave out take their config class's defaults:
+DECODER_DEFAULTS = {"llama": {"attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False},
+                    "qwen2": {"tie_word_embeddings": False}}
+
+
+def _decoder_shapes(cfg: dict) -> tuple[list, list, list]:
+    """(root before the layers, one layer, root after them) parameter shapes of a llama / qwen2
+    decoder from its config fields."""
+    d, v, inter = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads") or heads
+    hd = cfg.get("head_dim") or d // heads
+    if cfg["model_type"] == "llama":   # q, k, v, o and the MLP's three projections: config flags
+        qkv_bias = o_bias = bool(cfg["attention_bias"])
+        mlp_bias = bool(cfg["mlp_bias"])
+    else:                              # qwen2: q, k, v with biases, o and the MLP without
+        qkv_bias, o_bias, mlp_bias = True, False, False
+
+    def linear(out: int, into: int, bias: bool) -> list:
+        return [(out, into), (out,)] if bias else [(out, into)]
+
+    layer = (linear(heads * hd, d, qkv_bias) + linear(kv * hd, d, qkv_bias) + linear(kv * hd, d, qkv_bias)
+             + linear(d, heads * hd, o_bias)
+             + linear(inter, d, mlp_bias) + linear(inter, d, mlp_bias) + linear(d, inter, mlp_bias)
+             + [(d,), (d,)])                                                   # the two RMSNorms
+    tail = [(d,)] + ([] if cfg["tie_word_embeddings"] else [(v, d)])          # final norm, untied head
+    return [(v, d)], layer, tail
+
+
 @lru_cache(maxsize=None)
 def _from_config_json(text: str, name: str) -> Architecture:
-    """Parameter shapes from the model class itself, built on the meta device (no memory)."""
+    """A model's numbers from its config.json: written out for the decoder families of
+    DECODER_DEFAULTS, otherwise read off the model class built on the meta device (no memory)."""
+    fields = {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+    kind = fields.get("model_type")
+    if kind not in DECODER_DEFAULTS:
+        return _meta_architecture(fields, name)
+    cfg = {**DECODER_DEFAULTS[kind], **fields}
+    head, layer, tail = _decoder_shapes(cfg)
+    heads = cfg["num_attention_heads"]
+    return Architecture(name=name, vocab=cfg["vocab_size"], hidden=cfg["hidden_size"], layers=cfg["num_hidden_layers"],
+                        heads=heads, kv_heads=cfg.get("num_key_value_heads") or heads,
+                        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+                        intermediate=cfg["intermediate_size"], tied=bool(cfg["tie_word_embeddings"]),
+                        shapes=tuple(head + layer * cfg["num_hidden_layers"] + tail),
+                        layer_params=sum(math.prod(s) for s in layer),
+                        root_params=sum(math.prod(s) for s in head + tail))
+
+
+def _meta_architecture(fields: dict, name: str) -> Architecture:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    fields = {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+    fields = dict(fields)
     cfg = AutoConfig.for_model(fields.pop("model_type"), **fields)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)

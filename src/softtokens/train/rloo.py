@@ -23,8 +23,8 @@ from typing import NamedTuple
 import torch
 from torch.utils.checkpoint import checkpoint
 
-# steps whose float32 logits the update pass holds at once (rollout_log_probs)
-LOGIT_CHUNK_STEPS = 64
+from softtokens.train.config import LOGIT_CHUNK_STEPS
+
 # a CoT step is a near tie when its mixture's second weight is at least this share of its first:
 # top-two logits within tau ln(100) ~ 4.6 tau (docs/findings.md, "Why fuzzy training spikes")
 TIE_RATIO = 1e-2
