@@ -61,6 +61,15 @@ def test_tiny_dag_end_to_end(tiny_dag, tmp_path):
     assert result["grading_timeouts"] == 0 and result["sigma_source"].startswith("base model's E")
     loglik = json.loads((res / "eval/toy/toyarith-hard-seed0/toychoice/loglik.json").read_text())
     assert loglik["selection"]["step"] >= 1
+    # the jobs that run no model never load torch (~1.3 s each): their records name no torch capability
+    for path, ran_a_model in (("data/toyarith/test.jsonl.prov.json", False), ("tables/main.md.prov.json", False),
+                              ("figures/passk_toy_toyarith_toyarith.png.prov.json", False),
+                              ("report/reproduction.md.prov.json", False),
+                              ("runs/toy/toyarith/fuzzy/seed0/metrics.jsonl.prov.json", True)):
+        device = json.loads((res / path).read_text())["device"]
+        assert (device["torch_cpu_capability"] is not None) == ran_a_model, (path, device)
+    assert selected["provenance"]["device"]["torch_cpu_capability"] is None
+    assert result["provenance"]["device"]["torch_cpu_capability"] is not None
     table = (res / "tables/main.md").read_text()
     assert "no finetune" in table and "toyarith fuzzy" in table and "toyarith hard" in table
     ood = (res / "tables/ood.md").read_text()

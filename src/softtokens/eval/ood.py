@@ -24,7 +24,6 @@ import hashlib
 import re
 import time
 
-import torch
 from tqdm import tqdm
 
 from softtokens.data.prompt import format_prompt
@@ -91,22 +90,24 @@ def read_choice(completion: str, choices: list[str]) -> int | None:
     return texts.index(text) if text in texts else None
 
 
-@torch.no_grad()
 def generate_answers(engine, rows: list[dict], cot_max_tokens: int, answer_max_tokens: int,
                      batch_size: int) -> list[dict]:
     """Every row's prompt through the hard greedy setting (noise-free, seed-free): per row its
     prompt's hash, completion, CoT length, prediction and whether it is right."""
+    import torch  # here, not at the top: the tables job reads this module's definitions without torch
+
     from softtokens.engine.settings import INFERENCE_SETTINGS
 
     prompts = [prompt_of(r) for r in rows]
     out: list[dict | None] = [None] * len(rows)
     finished = engine.stream(prompts, [0] * len(rows), INFERENCE_SETTINGS["hard_greedy"], 0.0, cot_max_tokens,
                              answer_max_tokens, answer_temperature=0.0, batch_size=batch_size)
-    for row in tqdm(finished, total=len(rows), desc="ood generative", mininterval=5):
-        r = rows[row.job]
-        pred = read_choice(row.completion, r["choices"])
-        out[row.job] = {"prompt_sha256": prompt_hash(prompts[row.job]), "completion": row.completion,
-                        "cot_len": row.cot_len, "pred": pred, "correct": pred == r["label"]}
+    with torch.no_grad():  # the stream decodes as it is read
+        for row in tqdm(finished, total=len(rows), desc="ood generative", mininterval=5):
+            r = rows[row.job]
+            pred = read_choice(row.completion, r["choices"])
+            out[row.job] = {"prompt_sha256": prompt_hash(prompts[row.job]), "completion": row.completion,
+                            "cot_len": row.cot_len, "pred": pred, "correct": pred == r["label"]}
     return out
 
 
@@ -115,6 +116,8 @@ def evaluate_ood(model_path: str, rows: list[dict], protocol: str, cot_max_token
     """One model on one multiple-choice benchmark: the protocol's accuracy, the NLL of the gold
     option (both protocols), and the cloze accuracies for reference; per question, what was asked
     (the prompt's hash; the first three prompts whole) and answered."""
+    import torch
+
     from softtokens.engine.cot import CotEngine
     from softtokens.eval.loglik import score_rows, summarise
     from softtokens.model.loading import (
