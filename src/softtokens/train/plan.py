@@ -92,13 +92,10 @@ DECODER_DEFAULTS = {"llama": {"attention_bias": False, "mlp_bias": False, "tie_w
                     "qwen2": {"tie_word_embeddings": False}}
 
 
-def _decoder_shapes(cfg: dict) -> tuple[list, list, list]:
+def _decoder_shapes(cfg: dict, heads: int, kv: int, hd: int) -> tuple[list, list, list]:
     """(root before the layers, one layer, root after them) parameter shapes of a llama / qwen2
-    decoder from its config fields."""
+    decoder from its config fields (``heads``, ``kv`` heads and head dim ``hd`` resolved)."""
     d, v, inter = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
-    heads = cfg["num_attention_heads"]
-    kv = cfg.get("num_key_value_heads") or heads
-    hd = cfg.get("head_dim") or d // heads
     if cfg["model_type"] == "llama":   # q, k, v, o and the MLP's three projections: config flags
         qkv_bias = o_bias = bool(cfg["attention_bias"])
         mlp_bias = bool(cfg["mlp_bias"])
@@ -125,11 +122,11 @@ def _from_config_json(text: str, name: str) -> Architecture:
     if kind not in DECODER_DEFAULTS:
         return _meta_architecture(fields, name)
     cfg = {**DECODER_DEFAULTS[kind], **fields}
-    head, layer, tail = _decoder_shapes(cfg)
     heads = cfg["num_attention_heads"]
+    kv, hd = cfg.get("num_key_value_heads") or heads, cfg.get("head_dim") or cfg["hidden_size"] // heads
+    head, layer, tail = _decoder_shapes(cfg, heads, kv, hd)
     return Architecture(name=name, vocab=cfg["vocab_size"], hidden=cfg["hidden_size"], layers=cfg["num_hidden_layers"],
-                        heads=heads, kv_heads=cfg.get("num_key_value_heads") or heads,
-                        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+                        heads=heads, kv_heads=kv, head_dim=hd,
                         intermediate=cfg["intermediate_size"], tied=bool(cfg["tie_word_embeddings"]),
                         shapes=tuple(head + layer * cfg["num_hidden_layers"] + tail),
                         layer_params=sum(math.prod(s) for s in layer),
