@@ -27,15 +27,14 @@ def test_shipped_architectures_equal_the_model_class_on_the_meta_device(name):
     assert _from_config_json(text, name) == _meta_architecture(_config(text), name)
 
 
-@pytest.mark.parametrize("fields", [
-    # what the toy base is built with (model.toy.build_toy_model)
-    dict(vocab_size=160, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64),
-], ids=["toy"])
-def test_the_toy_architecture_equals_its_model_class(fields):
+def test_the_toy_architecture_is_the_toy_model_the_workflow_builds():
+    from softtokens.model.toy import build_toy_model
+
+    fields = dict(vocab_size=160, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    model = build_toy_model(160, 32, 2, 2, 64, pad_id=0, eos_id=1, bos_id=2, seed=0)
     arch = toy_architecture(fields)
-    cfg = {"model_type": "llama", "vocab_size": 160, "hidden_size": 32, "num_hidden_layers": 1,
-           "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 64, "tie_word_embeddings": True}
-    assert arch == _meta_architecture(cfg, "toy")
+    assert arch.shapes == tuple(tuple(p.shape) for p in model.parameters())  # tied E once
+    assert arch.parameters == sum(p.numel() for p in model.parameters())
 
 
 @pytest.mark.parametrize("cfg", [

@@ -49,12 +49,12 @@ def run(base, out, fault=None, settings=SETTINGS):
                           env=fault_env(fault, env) if fault else env)
 
 
-def run_here(base, out, capsys, settings=SETTINGS) -> str:
+def run_here(base, out, capsys) -> str:
     """The same command, no fault, in this process (cli.main, --threads 1): what it printed."""
     from softtokens.cli import main
 
     capsys.readouterr()
-    assert main(train_cmd(base, out, settings)[3:]) == 0
+    assert main(train_cmd(base, out)[3:]) == 0  # less the interpreter, "-m softtokens"
     done = capsys.readouterr()
     return done.out + done.err
 
