@@ -278,3 +278,52 @@ def test_audit_of_a_cell_flags_a_result_that_no_longer_gives_the_table(tmp_path,
     assert any(line.strip().startswith("MISSING") for line in lines)
     with pytest.raises(KeyError, match="rows: .*toy ds hard"):
         audit_cell(table, "toy ds soft", "ds Greedy pass@1")
+
+
+def test_which_arc_challenge_the_paper_scored():
+    """A base cell is k/N and a trained one a 3-seed mean k/(3N): of every N from 1,000 to 1,399 only
+    1,165 produces all 18 of the paper's two-decimal ARC accuracies; the split's 1,172 produces 2."""
+    from softtokens.report.paper import admitted_sizes, attainable
+
+    assert attainable(72.79, 1165, 2) and not attainable(72.79, 1172, 2)   # 848 / 1165 = 72.789
+    counts = admitted_sizes(load_paper_results(), "arc", "accuracy", range(1000, 1400))
+    assert counts[1165] == 18 and counts[1172] == 2
+    assert [n for n, c in counts.items() if c == 18] == [1165]
+
+
+def test_a_single_seed_prints_no_spread(tmp_path):
+    from softtokens.report.page import _pm
+    from softtokens.report.results import mean_std_text, parse_mean_std
+
+    assert mean_std_text(45.25, float("nan"), 1) == "45.2" and mean_std_text(45.25, 0.0, 1) == "45.2"
+    assert mean_std_text(45.25, 0.0, 2) == "45.2±0.0"      # two seeds that agree: a spread of 0, said
+    assert parse_mean_std("45.2") == (45.2, 0.0) and parse_mean_std("45.2±1.5") == (45.2, 1.5)
+    assert _pm(45.3, 0.0, 1) == "45.3 (n=1)" and _pm(45.3, 2.0, 3) == "45.3 ± 2.0 (n=3)"
+
+
+def test_our_cells_are_compared_paired_from_their_evaluation_files(tmp_path):
+    """Two seeds each of hard and soft training on the same 4 questions. Per-question pass@1 averaged
+    over seeds: hard (100, 100, 50, 0), soft (100, 50, 50, 0): differences (0, 50, 0, 0), variance
+    625 - 12.5² = 468.75, / 4 = 117.19. Seeds: hard 75 and 50 (std 17.68, / 2 = 156.25), soft 50 and 50
+    (std 0). Paired se sqrt(156.25 + 117.19) = 16.54; unpaired each cell's own test-set variance adds up
+    instead: 156.25 + (1875 + 2500) / 2 / 4 + 2500 / 4 = 1328 (se 36.4)."""
+    from softtokens.report import claims, uncertainty
+
+    correct = {"hard": [(1, 1, 1, 0), (1, 1, 0, 0)], "soft": [(1, 1, 0, 0), (1, 0, 1, 0)]}
+    evals = []
+    for mode, seeds in correct.items():
+        for seed, cs in enumerate(seeds):
+            p = tmp_path / "eval" / "m" / f"d-{mode}-seed{seed}" / "b" / "hard_greedy.json"
+            p.parent.mkdir(parents=True)
+            p.write_text(json.dumps({"n_samples": 1, "pass@1": sum(cs) / 4, "pass@k": {"1": sum(cs) / 4},
+                                     "mean_cot_length": 1.0, "n_problems": 4,
+                                     "problems": [{"id": f"q{i}", "n": 1, "correct": c} for i, c in enumerate(cs)]}))
+            evals.append(p)
+    ours = reproduction.aggregate(reproduction.seed_rows(evals))
+    hard, soft = (ours[ours.train_mode == m].iloc[0].to_dict() for m in ("hard", "soft"))
+    assert list(hard["questions"]) == [100.0, 100.0, 50.0, 0.0] and list(soft["questions"]) == [100.0, 50.0, 50.0, 0.0]
+    s = uncertainty.difference(soft, hard)
+    assert s.kind == uncertainty.PAIRED and s.se == pytest.approx(math.sqrt(156.25 + 468.75 / 4))
+    assert uncertainty.difference(soft, hard, pair=False).se == pytest.approx(math.sqrt(156.25 + 4375 / 8 + 625))
+    c = claims.claim_pass1_parity(ours)
+    assert c.comparisons == {"paired": 1} and "paired tolerance 33.07" in c.evidence[0]

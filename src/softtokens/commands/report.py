@@ -63,6 +63,19 @@ def cmd_audit(a) -> int:
     return 1 if problems else 0
 
 
+def cmd_docs(a) -> int:
+    from softtokens.report.doc_blocks import stale, write
+
+    root = Path(a.root)
+    if a.write:
+        changed = write(root)
+        print("rewrote " + ", ".join(changed) if changed else "every generated block is current")
+        return 0
+    problems = stale(root)
+    print("\n".join(f"stale: {p}" for p in problems) if problems else "every generated block is current")
+    return 1 if problems else 0
+
+
 def register(sub) -> None:
     c = sub.add_parser("status", help="every run and evaluation of a grid: state, step, reward, ETA, GPU-hours "
                                       "(from the results directory only: works on a login node while Snakemake runs)")
@@ -97,6 +110,12 @@ def register(sub) -> None:
     c.add_argument("--out-dir", required=True)
     c.add_argument("inputs", nargs="+", help="evaluation files (math settings and loglik.json)")
     c.set_defaults(func=cmd_report)
+
+    c = sub.add_parser("docs", help="check (or --write) the numbers the docs quote from the code: verdicts on the "
+                                    "paper's numbers, job counts (report.doc_blocks)")
+    c.add_argument("--root", default=".", help="the repository root")
+    c.add_argument("--write", action="store_true", help="rewrite every generated block in place")
+    c.set_defaults(func=cmd_docs)
 
     c = sub.add_parser("audit", help="print the provenance chain of a result file, or of one table cell")
     c.add_argument("path", help="a result file, or a table (results/<grid>/tables/main.md) with --row/--column")

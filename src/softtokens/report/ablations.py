@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from softtokens.report.figures import _save_fig
-from softtokens.report.results import load_eval_frame
+from softtokens.report.results import load_eval_frame, mean_std_text, parse_mean_std
 from softtokens.report.tables import write_table
 from softtokens.run import paths
 from softtokens.run.paths import arm as arm_name
@@ -76,8 +76,7 @@ def ablation_table(df: pd.DataFrame, spec: dict) -> pd.DataFrame:
                 rec[col] = NOT_RUN
                 continue
             v = vals[metric]
-            sd = float(v.std()) if len(v) > 1 else 0.0
-            rec[col] = f"{v.mean():.1f}±{sd:.1f}"
+            rec[col] = mean_std_text(v.mean(), v.std(), len(v))
             cells[(rec["row"], col)] = {"value": rec[col], "setting": setting, "metric": metric, "digits": 1,
                                         "evals": sorted(vals["path"])}
         records.append(rec)
@@ -110,7 +109,8 @@ def paper_rows(spec: dict, model: str, dataset: str, table: str | None = None) -
         for setting, metric, label in COLUMNS:
             want = "pass@1" if metric == "pass@1" else "pass@32"
             hit = sub[(sub.setting == setting) & (sub.metric == want)].drop_duplicates(["setting", "metric"])
-            rec[label.replace("pass@n", "pass@32")] = (f"{hit['mean'].iloc[0]:.1f}±{hit['std'].iloc[0]:.1f}"
+            seeds = 1 if row["mode"] == "none" else 2
+            rec[label.replace("pass@n", "pass@32")] = (mean_std_text(hit["mean"].iloc[0], hit["std"].iloc[0], seeds)
                                                        if not hit.empty else "-")
         out.append(rec)
     return pd.DataFrame(out)
@@ -128,10 +128,10 @@ def agreement(ours: pd.DataFrame, paper: pd.DataFrame, sigmas: float = 2.0) -> p
         rec = {"row": p["row"]}
         for col in paper.columns.drop("row"):
             a, b = o.iloc[0].get(col), p[col]
-            if not isinstance(a, str) or "±" not in a or "±" not in b:
+            if not isinstance(a, str) or a == NOT_RUN or b == "-":
                 rec[col] = "-"
                 continue
-            (mo, so), (mp, sp) = (tuple(map(float, x.split("±"))) for x in (a, b))
+            (mo, so), (mp, sp) = parse_mean_std(a), parse_mean_std(b)
             tol = sigmas * math.sqrt(so ** 2 + sp ** 2)
             rec[col] = f"{mo - mp:+.1f} ({'within' if abs(mo - mp) <= tol else 'outside'} {sigmas:g}σ)"
         out.append(rec)
@@ -158,7 +158,8 @@ def write_ablations(eval_paths: list[Path], metrics_paths: list[Path], tables_di
         if not settings.get("toy"):
             paper = paper_rows(spec, settings["model"], settings["dataset"], PAPER_TABLE.get(name))
             if not paper.empty:
-                caption += ("\n\nThe paper's numbers for the same rows:\n\n" + paper.to_markdown(index=False)
+                caption += ("\n\nThe paper's numbers for the same rows:\n\n"
+                            + paper.to_markdown(index=False, disable_numparse=True)
                             + "\n\nOurs minus the paper's, and whether within 2σ (σ = sqrt(sd_ours² + sd_paper²)):\n\n"
                             + agreement(table, paper).to_markdown(index=False))
         write_table(table, tables_dir, paths.ablation_name(name), caption, prov)

@@ -1,8 +1,5 @@
-"""Tables (Markdown, LaTeX, CSV) and figures (PNG) from evaluation results and training metrics.
-
-Tables aggregate over seeds as mean ± std (sample std, ddof=1; 0 for a single seed or the
-base model), in percent, in the shape of the paper's Table 1 (hard inference) and its
-appendix tables (all six inference settings)."""
+"""The audit of one table cell: the cell, the evaluation files it was made from, and every link
+further up (provenance.audit), with the value recomputed from the files as the table computed it."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.report.results import load_eval_frame, load_loglik_frame
+from softtokens.report.results import load_eval_frame, load_loglik_frame, mean_std_text
 from softtokens.run import paths
 
 
@@ -57,7 +54,7 @@ def audit_cell(table: str | Path, row: str, column: str) -> tuple[list[str], int
     if values and len(values) == len(cell["evals"]):
         s = pd.Series(values)
         d = cell["digits"]
-        now = f"{s.mean():.{d}f}±{(s.std() if len(s) > 1 else 0.0):.{d}f}"
+        now = mean_std_text(s.mean(), s.std(), len(s), d)
         if now != cell["value"]:
             lines.append(f"  CHANGED VALUE: the files now give {now}, the table says {cell['value']}")
             problems += 1

@@ -31,9 +31,11 @@ MISSING = "missing"
 
 
 def _pm(mean, std, n=None, digits=1) -> str:
+    """mean ± std (n=k); a single seed or evaluation has no spread to print (n=1, no ±)."""
     if pd.isna(mean):
         return MISSING
-    sd = "" if pd.isna(std) else f" ± {std:.{digits}f}"
+    single = n is not None and not pd.isna(n) and int(n) < 2
+    sd = "" if pd.isna(std) or single else f" ± {std:.{digits}f}"
     return f"{mean:.{digits}f}{sd}" + (f" (n={int(n)})" if n is not None and not pd.isna(n) else "")
 
 
@@ -51,9 +53,22 @@ def cell_table(comparison: pd.DataFrame) -> pd.DataFrame:
         "paper": [_pm(m, s, digits=d) for m, s, d in zip(comparison.paper_mean, comparison.paper_std, digits)],
         "ours": [_pm(m, s, n, d) for m, s, n, d in zip(comparison.ours_mean, comparison.ours_std, comparison.ours_n, digits)],
         "diff": ["" if pd.isna(x) else f"{x:+.{d}f}" for x, d in zip(comparison["diff"], digits)],
-        f"within {reproduction.Z:g} se": ["—" if w is None else ("yes" if w else "no") for w in comparison.within],
+        f"within {reproduction.Z:g} se (unpaired)": ["—" if w is None else ("yes" if w else "no")
+                                                     for w in comparison.within],
         "note": comparison.get("note", pd.Series([""] * len(comparison))).fillna(""),
     })
+
+
+def conflict_frame(conflicts: pd.DataFrame) -> pd.DataFrame:
+    """One row per disagreeing cell: each table's number, the one the claims use first."""
+    rows = []
+    for key, sub in conflicts.groupby(CELL_KEYS, sort=False):
+        rec = dict(zip(CELL_KEYS, key))
+        rows.append({"model": rec["model"], "training": _training(rec), "benchmark": rec["benchmark"],
+                     "setting": rec["setting"], "metric": rec["metric"],
+                     "numbers": "; ".join(f"{t}: {_pm(m, s_)}" + (" (used)" if u else "")
+                                          for t, m, s_, u in zip(sub.table, sub["mean"], sub["std"], sub.used))})
+    return pd.DataFrame(rows)
 
 
 def our_tables(benchmarks: list[str]) -> dict:
@@ -83,20 +98,44 @@ def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
         vs_forecast = forecast.vs_actual(predicted, jobs)
     return {"forecast": vs_forecast, "paper": paper, "seeds": seeds, "ours": ours, "comparison": comparison,
             "claims_ours": claims.judge_claims(ours, judging.entropy_rows(eval_paths)),
-            "claims_paper": claims.judge_claims(reproduction.paper_cells(paper)),
+            "claims_paper": claims.judge_paper_claims(paper),
+            "conflicts": reproduction.paper_conflicts(paper),
+            "precedence_sensitivity": claims.precedence_sensitivity(paper),
             "jobs": jobs, "cell_costs": cells, "table_costs": tables}
 
 
 # ---------------------------------------------------------------- rendering
+def _words(c) -> str:
+    if c.source == "ours":
+        return "(our statement, not a sentence of the paper)"
+    return " … ".join(f"“{q['text']}” ({q['where']})" for q in c.quotes)
+
+
 def _claims_frame(ours: list) -> pd.DataFrame:
-    return pd.DataFrame([{"claim": c.statement, "the paper's words": " … ".join(f"“{q['text']}” ({q['where']})"
-                                                                              for q in c.quotes),
-                          "verdict (ours)": c.summary(), "rule": c.rule} for c in ours])
+    return pd.DataFrame([{"claim": c.statement, "the paper's words": _words(c), "verdict (ours)": c.summary(),
+                          "rule": c.rule} for c in ours])
 
 
-def _paper_claims_frame(ours: list, theirs: list) -> pd.DataFrame:
-    return pd.DataFrame([{"claim": o.statement, "verdict (ours)": o.summary(), "verdict (the paper's numbers)":
-                          p.summary()} for o, p in zip(ours, theirs)])
+def _end_text(c, end: str) -> str:
+    e = (c.ends or {}).get(end)
+    if e is None:
+        return c.verdict
+    return e["verdict"] + (f" ({e['counts']})" if e["counts"] else "")
+
+
+def paper_claims_frame(theirs: list, ours: list | None = None) -> pd.DataFrame:
+    """Each claim on the paper's numbers: its verdict and, at each end, the verdict and counts
+    (docs/protocol.md shows this table; a test holds the two equal)."""
+    rows = []
+    for i, p in enumerate(theirs):
+        row = {"claim": f"`{p.key}`", "verdict (the paper's numbers)": p.verdict,
+               **{judging.SEEDS_ONLY: _end_text(p, judging.SEEDS_ONLY),
+                  judging.WITH_TEST_SET: _end_text(p, judging.WITH_TEST_SET)}}
+        if ours is not None:
+            row = {"claim": ours[i].statement, "verdict (ours)": ours[i].summary(), **{k: v for k, v in row.items()
+                                                                                       if k != "claim"}}
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _cost_frame(tables: pd.DataFrame, gpu: bool) -> pd.DataFrame:
@@ -128,14 +167,21 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
     gpu = bool(data["jobs"].gpus.sum()) if not data["jobs"].empty else False
     blocks: list[tuple[str, object]] = [("h1", f"Reproduction report: grid `{grid}`")]
     compared = [w for w in comparison.within if w is not None]
-    intro = (f"Paper numbers: {SOURCE}. Ours: {len(data['seeds'].path.unique()) if not data['seeds'].empty else 0} "
-             f"evaluation files, {len(ours)} cells, mean ± sample std over seeds (n = seeds). Each cell has a "
-             f"standard error: its seeds' variance / n plus the sampling variance of its benchmark's questions "
-             f"(measured on ours; for the paper's, binomial at its benchmark's size, NLL spread = its mean). Two "
-             f"cells differ beyond {reproduction.Z:g} × sqrt(se_a² + se_b²); ours matches the paper's within it. "
-             f"{int(measured.sum())} of {len(comparison)} paper cells have a counterpart here, {len(compared)} of "
-             f"them comparable.")
-    blocks.append(("p", intro))
+    n_files = len(data["seeds"].path.unique()) if not data["seeds"].empty else 0
+    blocks.append(("p", f"Paper numbers: {SOURCE}. Ours: {n_files} evaluation files, {len(ours)} cells, mean ± "
+                        f"sample std over seeds (n = seeds; one seed or a base model's one evaluation has no spread, "
+                        f"so no ±). {int(measured.sum())} of {len(comparison)} paper cells have a counterpart here, "
+                        f"{len(compared)} of them comparable."))
+    blocks.append(("p", f"**How cells are compared** (the rules, not a result). A cell's standard error (se) is its "
+                        f"seeds' variance / n plus the sampling variance of a mean over its benchmark's questions "
+                        f"(measured on ours; for the paper's, which publishes means only, binomial at its benchmark's "
+                        f"size, and an NLL's per-question spread taken as its mean). Two cells differ when their "
+                        f"difference is beyond {reproduction.Z:g} standard errors of that difference (the "
+                        f"tolerance). That standard error is *paired* when both cells are ours and were scored on "
+                        f"the same questions (the seeds' spread of each plus the variance of the per-question "
+                        f"difference / N: two correlated cells are judged by how much they differ question by "
+                        f"question), and *unpaired* (√(se_a² + se_b²)) for ours against the paper's or for the "
+                        f"paper's against each other. Each evidence line says which it used."))
     if toy:
         blocks.append(("p", "This is the toy grid: a 0.9M-parameter Llama trained on synthetic arithmetic on a CPU. "
                             "None of its cells is a cell of the paper (the models, data and budgets differ), so the "
@@ -145,21 +191,50 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
     blocks.append(("h2", "The paper's claims, judged on our numbers"))
     blocks.append(("p", "Each claim is the paper's sentence, quoted, and a rule read off its words: 'most' = more "
                         "than half of the comparisons, 'generally' = at least two thirds, an unqualified or "
-                        "'universal' statement = every one, 'on average' = the mean beyond its own standard errors. "
-                        "Comparisons of identical cells (not informative) are listed but not counted."))
+                        "'universal' statement = every one, 'on average' = the mean beyond its own standard errors, "
+                        "'best' / 'surpass' = the highest point estimate (significance beside it). A claim is made "
+                        "of parts (pass@1 and pass@k, soft and fuzzy, ...); the verdict says how many of each part's "
+                        "checks hold of those counted ('22 of 30 hold'), where a check is one comparison of two "
+                        "cells, or one average for an 'on average' claim. Comparisons of identical cells (the same "
+                        "per-seed values: on the toy, hard greedy and fuzzy greedy decode the same tokens) say "
+                        "nothing: they are listed as not informative and not counted, and a part with nothing else "
+                        "is not yet measured."))
     blocks.append(("table", _claims_frame(data["claims_ours"])))
     for c in data["claims_ours"]:
         if c.evidence:
             blocks.append(("details", (f"Evidence (ours): {c.statement} — {c.summary()}", c.evidence)))
     blocks.append(("h2", "The same rules on the paper's own numbers"))
-    blocks.append(("p", "A rule the paper's own numbers fail shows how strict it is, or where the paper's text "
-                        "goes beyond its tables."))
-    blocks.append(("table", _paper_claims_frame(data["claims_ours"], data["claims_paper"])))
+    blocks.append(("p", f"The paper publishes means only, so each claim is judged at both ends of the test-set term: "
+                        f"with the seeds' spread alone ({judging.SEEDS_ONLY}) and with each cell's unpaired test-set "
+                        f"variance added ({judging.WITH_TEST_SET}). The first is strict for 'similar' and lenient "
+                        f"for 'differ', the second the other way round. A verdict stands where both ends agree; "
+                        f"otherwise it is '{judging.DEPENDS}'. A rule the paper's own numbers fail shows how strict "
+                        f"it is, or where the paper's text goes beyond its tables."))
+    blocks.append(("table", paper_claims_frame(data["claims_paper"], data["claims_ours"])))
     for c in data["claims_paper"]:
-        if c.evidence:
-            fails = [e for e in c.evidence if e.startswith("fails")]
-            blocks.append(("details", (f"The paper's numbers: {c.statement} — {c.summary()}"
-                                       + (f" ({len(fails)} failing)" if fails else ""), c.evidence)))
+        ends = c.ends or {}
+        shown = ends.items() if c.verdict == judging.DEPENDS else [(judging.WITH_TEST_SET, ends.get(judging.WITH_TEST_SET))]
+        for end, e in shown:
+            if not e or not e["evidence"]:
+                continue
+            fails = [x for x in e["evidence"] if x.startswith("fails")]
+            blocks.append(("details", (f"The paper's numbers, {end}: {c.statement} — {e['verdict']}"
+                                       + (f" ({e['counts']})" if e["counts"] else "")
+                                       + (f", {len(fails)} failing" if fails else ""), e["evidence"])))
+    conflicts = data.get("conflicts")
+    if conflicts is not None and not conflicts.empty:
+        blocks.append(("h3", "Where the paper's tables disagree"))
+        used = conflicts[conflicts.used]
+        changed = data.get("precedence_sensitivity") or []
+        blocks.append(("p", f"{len(used)} cells are printed with different numbers in two of the paper's tables "
+                            f"(Table 1 against the appendix's six-setting tables, or those against the placement "
+                            f"ablation). The claims read each from the first table in the order "
+                            f"{', '.join(reproduction.TABLE_PRECEDENCE)}; the cell-by-cell comparison below compares "
+                            f"ours with every table's number. "
+                            + ("Read from the appendix tables first instead, no claim's verdict changes." if not changed
+                               else "Read from the appendix tables first instead, these verdicts change: "
+                               + "; ".join(f"`{k}` {a} → {b}" for k, a, b in changed) + ".")))
+        blocks.append(("table", conflict_frame(conflicts)))
     blocks.append(("h2", "Cell by cell"))
     for table, label in TABLES.items():
         sub = comparison[comparison.table == table]
@@ -171,7 +246,7 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
         blocks.append(("h3", f"{table}: {label}"))
         n_cmp = int(sum(w is not None for w in sub.within))
         blocks.append(("p", f"{n_meas} of {len(sub)} cells measured; {within} of {n_cmp} comparable within "
-                            f"{reproduction.Z:g} se."))
+                            f"{reproduction.Z:g} se (unpaired: ours against the paper's means)."))
         blocks.append(("table", cell_table(sub)))
     blocks.append(("h2", "Cost ledger"))
     blocks.append(("p", "From each job's Snakemake benchmark file: wall time, CPU time (the job's measured CPU "
@@ -213,12 +288,12 @@ CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;
 table{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 7px;
 text-align:left;vertical-align:top}th{background:#f0f0f0}td.v-supported{background:#d9f2d9}
 td.v-not-supported{background:#f8d7d7}td.v-not-yet-measured{background:#eee;color:#666}td.missing{color:#999}
-td.v-not-judged{background:#eee;color:#666}details{margin:0.3em 0}summary{cursor:pointer;font-size:14px}
+td.v-not-judged{background:#eee;color:#666}td.v-depends{background:#fff3cd}details{margin:0.3em 0}summary{cursor:pointer;font-size:14px}
 code{background:#f4f4f4;padding:0 3px}li{font-size:13px}"""
 
 
 VERDICT_CSS = {judging.NOT_SUPPORTED: "v-not-supported", judging.NOT_MEASURED: "v-not-yet-measured",
-               judging.SUPPORTED: "v-supported", judging.NOT_JUDGED: "v-not-judged"}
+               judging.SUPPORTED: "v-supported", judging.NOT_JUDGED: "v-not-judged", judging.DEPENDS: "v-depends"}
 
 
 def _html_table(df: pd.DataFrame) -> str:
@@ -242,6 +317,7 @@ def _inline(text: str) -> str:
 
     t = html.escape(text)
     t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
+    t = re.sub(r"(?<![*\w])\*(?!\s)([^*]+?)\*(?![*\w])", r"<i>\1</i>", t)
     return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
 
 
@@ -287,7 +363,7 @@ def write_report(eval_paths: list[Path], bench_dir: Path, out_dir: Path, setting
         "ledger_tables.csv": data["table_costs"].to_csv(index=False),
         "ledger.html": table_html(data["jobs"], LEDGER_CAPTIONS["jobs"]),
         "ledger_tables.html": table_html(data["table_costs"], LEDGER_CAPTIONS["tables"]),
-        "claims.json": json.dumps({side: [c.__dict__ for c in data[f"claims_{side}"]] for side in ("ours", "paper")},
+        "claims.json": json.dumps({side: [c.record() for c in data[f"claims_{side}"]] for side in ("ours", "paper")},
                                   indent=1) + "\n",
     }
     if set(outputs) != set(paths.REPORT_FILES):

@@ -41,6 +41,8 @@ VARIANTS = {
     "Fuzzy Logits 0.0001 -": "logits", "Soft Logits 0.5 -": "logits",
     "Soft Logits 1.0 5": "logits-top5", "Soft Logits 1.0 50": "logits-top50",
 }
+# seeds behind a published cell: 3 in the main tables, 2 in the ablations, 1 evaluation of a base model
+PAPER_SEEDS = {"main": 3, "ablation": 2, "base": 1}
 # the key of one cell; a cell may appear in several tables (Table 1's cells recur in the appendix)
 CELL_KEYS = ["model", "train_dataset", "train_mode", "variant", "benchmark", "setting", "metric"]
 
@@ -63,3 +65,20 @@ def load_paper_results(path: str | Path = PAPER_RESULTS) -> pd.DataFrame:
     df["mean"] = df["mean"].astype(float)
     df["std"] = df["std"].astype(float)
     return df
+
+
+def attainable(value: float, denominator: int, decimals: int) -> bool:
+    """Whether a printed percentage (``decimals`` places) is 100 k / denominator for an integer k."""
+    near = round(value * denominator / 100)
+    return any(abs(100 * k / denominator - value) <= 0.5 * 10 ** -decimals + 1e-9 for k in (near - 1, near, near + 1))
+
+
+def admitted_sizes(paper: pd.DataFrame, benchmark: str, metric: str, sizes, decimals: int = 2) -> dict[int, int]:
+    """For each test-set size N: how many of the paper's ``metric`` cells on ``benchmark`` it can
+    produce. A base model's number is k / N; a trained cell's is a mean over its seeds, k / (seeds N).
+    Why: a size the printed numbers cannot come from is not the set the paper scored (docs/protocol.md,
+    "Which ARC-Challenge the paper scored")."""
+    sub = paper[(paper.benchmark == benchmark) & (paper.metric == metric) & (paper.variant == "")]
+    sub = sub.drop_duplicates(CELL_KEYS)
+    seeds = [PAPER_SEEDS["base"] if m == "none" else PAPER_SEEDS["main"] for m in sub.train_mode]
+    return {n: sum(attainable(v, k * n, decimals) for v, k in zip(sub["mean"], seeds)) for n in sizes}

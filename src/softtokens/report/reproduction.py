@@ -15,8 +15,10 @@ The uncertainty of a cell (its standard error ``se``) has two parts:
   p (1 - p) / N, which bounds the variance of any mean of per-question values in [0, 1]; an NLL
   gets (NLL_ROW_CV x mean)^2 / N.
 
-se^2 = std^2 / k + sampling variance. Two cells differ when |a - b| > Z sqrt(se_a^2 + se_b^2);
-ours matches the paper's when it does not. docs/protocol.md states the rule with worked cases.
+se^2 = std^2 / k + sampling variance. Ours beside the paper's is an unpaired comparison (the
+paper's per-question results are not published): they match when |a - b| <= Z sqrt(se_a^2 + se_b^2).
+Two of *our* cells are compared paired, on their questions (report.uncertainty); our cells keep
+their per-question values (``questions``) for that. docs/protocol.md states the rules with worked cases.
 """
 
 from __future__ import annotations
@@ -26,28 +28,12 @@ import math
 import pandas as pd
 
 from softtokens.data.sources import TEST_SIZES
-from softtokens.report.paper import CELL_KEYS
+from softtokens.report.paper import CELL_KEYS, PAPER_SEEDS, TABLES
 from softtokens.report.results import load_eval_frame, load_loglik_frame
+from softtokens.report.uncertainty import NLL_ROW_CV, Z, cell_se, proportion_var
 
-Z = 2.0            # standard errors: two cells differ beyond Z sqrt(se_a^2 + se_b^2)
-# the per-question spread of the paper's NLL of the correct answer, relative to its mean (the
-# paper gives means only); a per-token NLL averaged over one answer varies about as much as it is large
-NLL_ROW_CV = 1.0
-PAPER_SEEDS = {"main": 3, "ablation": 2, "base": 1}
-
-
-def proportion_var(mean_percent: float, n: int) -> float:
-    """Sampling variance (%^2) of a proportion over n questions: p (100 - p) / n."""
-    return mean_percent * (100.0 - mean_percent) / n
-
-
-def cell_se(std: float, seeds: int, sampling_var: float) -> float:
-    """Standard error of a cell: std^2 / seeds + sampling variance (module docstring). A base
-    model (std 0, one seed) keeps the sampling part; NaN when the seed spread is unknown."""
-    if seeds < 1 or pd.isna(std) or pd.isna(sampling_var):
-        return float("nan")
-    return math.sqrt(std * std / seeds + sampling_var)
-
+__all__ = ["NLL_ROW_CV", "Z", "cell_se", "proportion_var", "PAPER_SEEDS", "seed_rows", "aggregate", "paper_cells",
+           "paper_conflicts", "compare"]
 
 # ---------------------------------------------------------------- our cells
 def seed_rows(eval_paths) -> pd.DataFrame:
@@ -55,7 +41,8 @@ def seed_rows(eval_paths) -> pd.DataFrame:
     variance ``sampling_var`` over the file's questions, ``n_problems``, ``path`` (and for the
     out-of-domain files their ``protocol``). Math settings give pass@1 and, when sampled, pass@n
     (n = samples per problem); the multiple-choice files (``loglik.json``) give accuracy (the
-    paper files it under hard_greedy) and nll_correct (setting ``loglik``)."""
+    paper files it under hard_greedy) and nll_correct (setting ``loglik``). ``questions``: the
+    file's per-question values by question id (None for a file without per-question rows)."""
     from pathlib import Path
 
     paths = [Path(p) for p in eval_paths]
@@ -64,18 +51,20 @@ def seed_rows(eval_paths) -> pd.DataFrame:
     math_paths = [p for p in paths if p.stem != "loglik"]
     if math_paths:
         df = load_eval_frame(math_paths)
-        parts.append(df[keys + ["setting"]].assign(metric="pass@1", value=df["pass@1"], sampling_var=df["pass@1_var"]))
-        sampled = df[df.setting.str.endswith("_sample")]
+        parts.append(df[keys + ["setting"]].assign(metric="pass@1", value=df["pass@1"], sampling_var=df["pass@1_var"],
+                                                   questions=df["pass@1_q"]))
+        sampled = df[df["n"] > 1]  # a sampled setting: n CoTs per problem, so pass@n
         parts.append(sampled[keys + ["setting"]].assign(metric="pass@" + sampled["n"].astype(str),
-                                                        value=sampled["pass@n"], sampling_var=sampled["pass@n_var"]))
+                                                        value=sampled["pass@n"], sampling_var=sampled["pass@n_var"],
+                                                        questions=sampled["pass@n_q"]))
     loglik = [p for p in paths if p.stem == "loglik"]
     if loglik:
         df = load_loglik_frame(loglik)
         parts.append(df[keys + ["protocol"]].assign(setting="hard_greedy", metric="accuracy", value=df["accuracy"],
-                                                    sampling_var=df["accuracy_var"]))
+                                                    sampling_var=df["accuracy_var"], questions=df["accuracy_q"]))
         parts.append(df[keys + ["protocol"]].assign(setting="loglik", metric="nll_correct", value=df["nll_correct"],
-                                                    sampling_var=df["nll_correct_var"]))
-    columns = [*CELL_KEYS, "seed", "value", "sampling_var", "n_problems", "protocol", "path"]
+                                                    sampling_var=df["nll_correct_var"], questions=df["nll_correct_q"]))
+    columns = [*CELL_KEYS, "seed", "value", "sampling_var", "n_problems", "protocol", "questions", "path"]
     if not parts:
         return pd.DataFrame(columns=columns)
     out = pd.concat(parts, ignore_index=True)
@@ -87,11 +76,24 @@ def seed_rows(eval_paths) -> pd.DataFrame:
     return out[columns]
 
 
+def _mean_questions(series) -> pd.Series | None:
+    """A cell's per-question values averaged over its seeds, or None when a seed has none or the
+    seeds were not scored on the same questions (then the cell cannot be paired)."""
+    parts = list(series)
+    if not parts or any(not isinstance(q, pd.Series) for q in parts):
+        return None
+    ids = parts[0].index
+    if any(len(q) != len(ids) or not q.index.isin(ids).all() for q in parts):
+        return None
+    return sum(q.reindex(ids) for q in parts) / len(parts)
+
+
 def aggregate(seeds: pd.DataFrame) -> pd.DataFrame:
     """Per cell: mean, sample std (NaN for one seed of a trained run; 0 for a base model), seed
     count ``n``, the mean sampling variance, ``se``, the per-seed values in seed order (a claim
-    calls two cells identical, so not informative, when these are equal), the evaluation files."""
-    columns = [*CELL_KEYS, "mean", "std", "n", "sampling_var", "se", "values", "protocol", "paths"]
+    calls two cells identical, so not informative, when these are equal), the per-question values
+    averaged over seeds (``questions``: paired comparisons, report.uncertainty), the evaluation files."""
+    columns = [*CELL_KEYS, "mean", "std", "n", "sampling_var", "se", "values", "questions", "protocol", "paths"]
     if seeds.empty:
         return pd.DataFrame(columns=columns)
     seeds = seeds.sort_values("seed")
@@ -100,6 +102,7 @@ def aggregate(seeds: pd.DataFrame) -> pd.DataFrame:
     # a file without per-question rows (written before they were kept): its seeds' spread only
     out["sampling_var"] = g["sampling_var"].mean().fillna(0.0).values
     out["values"] = g["value"].agg(lambda s: tuple(round(v, 9) for v in s)).values
+    out["questions"] = [_mean_questions(sub["questions"]) for _, sub in g]
     out["protocol"] = g["protocol"].agg(lambda s: next((p for p in s if p), None)).values
     out["paths"] = g["path"].agg(lambda s: sorted(s)).values
     base = out.train_mode == "none"
@@ -108,17 +111,40 @@ def aggregate(seeds: pd.DataFrame) -> pd.DataFrame:
     return out[columns]
 
 
-def paper_cells(paper: pd.DataFrame) -> pd.DataFrame:
-    """The paper's numbers as cells (one row per key, whatever tables repeat it): seeds (3, 2 for
-    the ablations, 1 for a base model), the sampling variance its benchmark's size implies, se."""
-    cells = paper.drop_duplicates(CELL_KEYS)[[*CELL_KEYS, "mean", "std"]].copy()
+# ---------------------------------------------------------------- the paper's cells
+TABLE_PRECEDENCE = tuple(TABLES)  # a cell two tables print differently takes the first table's number
+
+
+def paper_conflicts(paper: pd.DataFrame) -> pd.DataFrame:
+    """Cells the paper prints in several tables with different numbers (Table 1 and the appendix
+    tables disagree on some sample pass@1 cells by up to 0.5 points): one row per (cell, table),
+    ``used`` where the claims take it from (TABLE_PRECEDENCE)."""
+    rank = {t: i for i, t in enumerate(TABLE_PRECEDENCE)}
+    p = paper.assign(_rank=paper.table.map(rank)).sort_values([*CELL_KEYS, "_rank"])
+    differ = p.groupby(CELL_KEYS)[["mean", "std"]].transform(lambda s: s.nunique() > 1).any(axis=1)
+    out = p[differ].copy()
+    out["used"] = ~out.duplicated(CELL_KEYS)
+    return out.drop(columns="_rank").reset_index(drop=True)
+
+
+def paper_cells(paper: pd.DataFrame, test_set: bool = True, precedence: tuple[str, ...] = TABLE_PRECEDENCE
+                ) -> pd.DataFrame:
+    """The paper's numbers as cells: one row per key, from the first table of ``precedence`` that
+    prints it (paper_conflicts lists where tables disagree); seeds (3, 2 for the ablations, 1 for a
+    base model); the test-set variance its benchmark's size implies, or 0 with ``test_set`` False
+    (the seeds alone: the strict end of a claim of similarity, report.claims); se."""
+    rank = {t: i for i, t in enumerate(precedence)}
+    ordered = paper.assign(_rank=paper.table.map(lambda t: rank.get(t, len(rank)))).sort_values("_rank", kind="stable")
+    cells = ordered.drop_duplicates(CELL_KEYS)[[*CELL_KEYS, "table", "mean", "std"]].copy()
     cells["n"] = [PAPER_SEEDS["base"] if m == "none" else PAPER_SEEDS["ablation" if v else "main"]
                   for m, v in zip(cells.train_mode, cells.variant)]
-    cells["sampling_var"] = [paper_sampling_var(b, m, x) for b, m, x in zip(cells.benchmark, cells.metric, cells["mean"])]
+    cells["sampling_var"] = [paper_sampling_var(b, m, x) if test_set else 0.0
+                             for b, m, x in zip(cells.benchmark, cells.metric, cells["mean"])]
     cells["se"] = [cell_se(s, k, v) for s, k, v in zip(cells["std"], cells["n"], cells["sampling_var"])]
     cells["values"] = None
+    cells["questions"] = None
     cells["protocol"] = None
-    return cells
+    return cells.reset_index(drop=True)
 
 
 def paper_sampling_var(benchmark: str, metric: str, mean: float) -> float:
@@ -132,12 +158,16 @@ def paper_sampling_var(benchmark: str, metric: str, mean: float) -> float:
 
 # ---------------------------------------------------------------- cell by cell
 def compare(paper: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
-    """Every paper cell with ours beside it: ``ours_mean`` NaN where we have no such cell; the
-    tolerance Z sqrt(se_paper^2 + se_ours^2), where ours with one seed (spread unknown) counts its
-    sampling variance only. An accuracy measured under another protocol than the paper's
-    (generative, softtokens.ood) is shown but not compared."""
-    pcells = paper_cells(paper)
-    out = paper.merge(pcells[[*CELL_KEYS, "se"]].rename(columns={"se": "paper_se"}), on=CELL_KEYS, how="left")
+    """Every paper cell (every table's row: a cell two tables print differently is compared with
+    each) with ours beside it: ``ours_mean`` NaN where we have no such cell; the unpaired tolerance
+    Z sqrt(se_paper^2 + se_ours^2) (the paper's per-question results are not published), where ours
+    with one seed (spread unknown) counts its sampling variance only. An accuracy measured under
+    another protocol than the paper's (generative, softtokens.ood) is shown but not compared."""
+    out = paper.copy()
+    seeds = [PAPER_SEEDS["base"] if m == "none" else PAPER_SEEDS["ablation" if v else "main"]
+             for m, v in zip(out.train_mode, out.variant)]
+    out["paper_se"] = [cell_se(s, k, paper_sampling_var(b, m, x)) for s, k, b, m, x in
+                       zip(out["std"], seeds, out.benchmark, out.metric, out["mean"])]
     out = out.rename(columns={"mean": "paper_mean", "std": "paper_std"})
     mine = ours.rename(columns={"mean": "ours_mean", "std": "ours_std", "n": "ours_n", "se": "ours_se",
                                 "protocol": "ours_protocol"})

@@ -1,8 +1,8 @@
-"""Tables (Markdown, LaTeX, CSV) and figures (PNG) from evaluation results and training metrics.
+"""Evaluation files read back as frames (one row per file), and how a cell of a table is printed.
 
-Tables aggregate over seeds as mean ± std (sample std, ddof=1; 0 for a single seed or the
-base model), in percent, in the shape of the paper's Table 1 (hard inference) and its
-appendix tables (all six inference settings)."""
+Why one home: the tables, the ablation tables, the audit of a cell and the reproduction report
+read the same files; each computing a number or printing a cell its own way would let a table and
+its audit disagree."""
 
 from __future__ import annotations
 
@@ -12,6 +12,20 @@ from pathlib import Path
 import pandas as pd
 
 from softtokens.run.paths import parse_eval_path
+
+
+def mean_std_text(mean: float, std: float, n: int, digits: int = 1) -> str:
+    """How a table prints a cell: mean±std over its n seeds; a single seed or a base model's one
+    evaluation has no spread, so the mean alone (the table's ``seeds`` column says n = 1)."""
+    if n < 2 or pd.isna(std):
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f}±{std:.{digits}f}"
+
+
+def parse_mean_std(text: str) -> tuple[float, float]:
+    """(mean, std) of a printed cell (mean_std_text); a cell printed without spread gives std 0."""
+    mean, _, std = str(text).partition("±")
+    return float(mean), float(std) if std else 0.0
 
 
 def main_cells(df: pd.DataFrame) -> pd.DataFrame:
@@ -37,10 +51,19 @@ def _sampling_var(values: list[float]) -> float:
     return sum((v - mean) ** 2 for v in values) / n / n
 
 
+def per_question(problems: list[dict], values: list[float]) -> pd.Series | None:
+    """Per-question values indexed by question id (what a paired comparison of two cells reads:
+    report.uncertainty), or None when the file's problems carry no ids or repeat one."""
+    ids = [pr.get("id") for pr in problems]
+    if not ids or any(i is None for i in ids) or len(set(map(str, ids))) != len(ids):
+        return None
+    return pd.Series(values, index=pd.Index(list(map(str, ids)), name="id"), dtype=float)
+
+
 def load_eval_frame(paths: list[Path]) -> pd.DataFrame:
-    """One row per evaluation file: pass@1 and pass@n in %, and the sampling variance of each over
+    """One row per evaluation file: pass@1 and pass@n in %, the sampling variance of each over
     the file's problems (``*_var``, %^2: the test set's share of the number's uncertainty;
-    reproduction.py)."""
+    reproduction.py) and their per-question values (``*_q``, by question id: paired comparisons)."""
     from softtokens.eval.metrics import pass_at_k
 
     rows = []
@@ -52,6 +75,7 @@ def load_eval_frame(paths: list[Path]) -> pd.DataFrame:
         pn = [100 * pass_at_k(pr["n"], pr["correct"], pr["n"]) for pr in problems]
         rows.append({**parse_eval_path(Path(p)), "pass@1": 100 * res["pass@1"], "pass@n": 100 * res["pass@k"][str(n)],
                      "pass@1_var": _sampling_var(p1), "pass@n_var": _sampling_var(pn),
+                     "pass@1_q": per_question(problems, p1), "pass@n_q": per_question(problems, pn),
                      "n": n, "n_problems": res.get("n_problems", len(problems)),
                      "mean_cot_length": res["mean_cot_length"], "below_base": _below_base(res), "path": str(p)})
     return pd.DataFrame(rows)
@@ -71,5 +95,7 @@ def load_loglik_frame(paths: list[Path]) -> pd.DataFrame:
                      "nll_correct": res["nll_correct"], "protocol": res.get("protocol", "cloze"),
                      "accuracy_var": _sampling_var(correct),
                      "nll_correct_var": _sampling_var([pr["nll_correct"] for pr in problems]),
+                     "accuracy_q": per_question(problems, correct),
+                     "nll_correct_q": per_question(problems, [pr["nll_correct"] for pr in problems]),
                      "n_problems": res["n_problems"], "below_base": _below_base(res), "path": str(p)})
     return pd.DataFrame(rows)

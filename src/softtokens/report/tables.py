@@ -1,8 +1,8 @@
-"""Tables (Markdown, LaTeX, CSV) and figures (PNG) from evaluation results and training metrics.
+"""Tables (Markdown, LaTeX, CSV, HTML) from evaluation results.
 
-Tables aggregate over seeds as mean ± std (sample std, ddof=1; 0 for a single seed or the
-base model), in percent, in the shape of the paper's Table 1 (hard inference) and its
-appendix tables (all six inference settings)."""
+Tables aggregate over seeds as mean ± std (sample std, ddof=1; a single seed or the base model's
+one evaluation is printed without ±), in percent, in the shape of the paper's Table 1 (hard
+inference), its appendix tables (all six inference settings) and its out-of-domain table."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.report.results import load_eval_frame, load_loglik_frame, main_cells
+from softtokens.report.results import load_eval_frame, load_loglik_frame, main_cells, mean_std_text
 from softtokens.run import paths
 from softtokens.run.files import write_text
 from softtokens.run.provenance import Provenance
@@ -105,7 +105,7 @@ def _wide(df: pd.DataFrame, cols: dict, by_benchmark: bool = True, digits: int =
         for _, r in agg.iterrows():
             rec = records.setdefault(tuple(r[k] for k in keys), {k: r[k] for k in keys})
             col = f"{r['benchmark']} {label}" if by_benchmark else label
-            rec[col] = f"{r['mean']:.{digits}f}±{r['std']:.{digits}f}"
+            rec[col] = mean_std_text(r["mean"], r["std"], int(r["count"]), digits)
             rec["_seeds"] = int(r["count"])
             rows = sub[(sub[keys + ["benchmark"]] == pd.Series({k: r[k] for k in keys + ["benchmark"]})).all(axis=1)]
             cells[(_row_label(r), col)] = {"value": rec[col], "setting": setting, "metric": metric,
@@ -145,8 +145,9 @@ def table_html(table: pd.DataFrame, caption: str) -> str:
 
 def write_table(table: pd.DataFrame, out_dir: Path, name: str, caption: str, prov: Provenance) -> list[Path]:
     written = []
-    texts = {"md": f"{caption}\n\n" + table.to_markdown(index=False) + "\n", "tex": _to_latex(table, caption),
-             "csv": table.to_csv(index=False), "html": table_html(table, caption)}
+    # disable_numparse: a cell is printed text ("38.3", "56.2±3.3"), never re-read as a number ("0.0" -> 0)
+    texts = {"md": f"{caption}\n\n" + table.to_markdown(index=False, disable_numparse=True) + "\n",
+             "tex": _to_latex(table, caption), "csv": table.to_csv(index=False), "html": table_html(table, caption)}
     for ext in paths.TABLE_EXTS:
         text = texts[ext]
         path = out_dir / f"{name}.{ext}"

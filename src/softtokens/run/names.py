@@ -13,6 +13,23 @@ SETTING_NAMES = tuple(f"{m}_{d}" for m in MODES for d in DECODINGS)
 # the paper's tables list hard, then fuzzy, then soft
 TABLE_MODES = ("hard", "fuzzy", "soft")
 TABLE_SETTINGS = tuple(f"{m}_{d}" for m in TABLE_MODES for d in DECODINGS)
+
+
+def setting_mode(setting: str) -> str:
+    """The CoT mode of an inference setting ('soft_sample' -> 'soft')."""
+    return _setting_parts(setting)[0]
+
+
+def setting_decoding(setting: str) -> str:
+    """'greedy' or 'sample': whether an inference setting's CoT is drawn with randomness."""
+    return _setting_parts(setting)[1]
+
+
+def _setting_parts(setting: str) -> tuple[str, str]:
+    mode, _, decoding = setting.rpartition("_")
+    if setting not in SETTING_NAMES:
+        raise ValueError(f"unknown inference setting {setting!r} (known: {', '.join(SETTING_NAMES)})")
+    return mode, decoding
 # where a soft / fuzzy step's Gaussian noise goes: the paper's, then its appendix ablations
 PLACEMENTS = ("embedding", "hidden", "logits")
 OOD_PROTOCOLS = ("generative", "cloze")
