@@ -38,6 +38,16 @@ onstart:
     settle_update_backups(workflow)
 
 
+onsuccess:
+    # a run of one cell leaves the tables, figures and report that summarise it older than it
+    stale = stale_summaries(JOBS)
+    if stale:
+        shown = ", ".join(stale[:3]) + (f" and {len(stale) - 3} more" if len(stale) > 3 else "")
+        print(f"softtokens: {len(stale)} summary file(s) are older than a result they are made from ({shown}). "
+              f"`snakemake` with no target rebuilds them; add `--report {RESULTS}/report.html --report-after-run` "
+              "to rebuild the HTML report too.")
+
+
 rule all:
     default_target: True
     input:

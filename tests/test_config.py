@@ -180,3 +180,57 @@ def test_modes_settings_and_placements_are_named_once():
     assert all(re.fullmatch(paths.WILDCARDS["arm"], m) for m in names.MODES)
     assert not re.fullmatch(paths.WILDCARDS["arm"], "warm")
     assert not re.fullmatch(paths.WILDCARDS["setting"], "warm_greedy")
+
+
+def test_a_yaml11_exponent_is_the_number_it_spells(config, tmp_path):
+    """`lr: 3e-4` (the value config.yaml's comments mention) is text to YAML 1.1, Snakemake's loader:
+    it is taken as 0.0003; a word where a number belongs still stops the run, saying how to write one."""
+    text = (ROOT / "config.yaml").read_text().replace("lr: 7.0e-5", "lr: 3e-4", 1)
+    assert "lr: 3e-4" in text
+    loaded = yaml.safe_load(text)
+    assert loaded["grids"]["toy"]["models"]["toy"]["lr"] == "3e-4"   # what PyYAML gives
+    check_config(loaded)
+    assert loaded["grids"]["toy"]["models"]["toy"]["lr"] == pytest.approx(3e-4)
+    bad = copy.deepcopy(config)
+    bad["grids"]["toy"]["models"]["toy"]["lr"] = "fast"
+    with pytest.raises(ConfigError, match=r"'grids.toy.models.toy.lr': 'fast' is not of type 'number' \(write numbers"):
+        check_config(bad)
+
+
+def test_an_unknown_key_is_reported_once_with_its_line_and_a_close_key(tmp_path):
+    """The toy grid's datasets are inherited by two `reuse:` grids: a typo in them is one problem,
+    reported where it is written, with the key meant."""
+    text = (ROOT / "config.yaml").read_text().replace("        train_size: 4000", "        train_sise: 4000", 1)
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    line = next(i for i, x in enumerate(text.splitlines(), 1) if "train_sise" in x)
+    with pytest.raises(ConfigError) as err:
+        run_config.load_config(path, loader_kind)
+    problems = str(err.value).splitlines()[1:]
+    assert problems == [f"  unknown key 'grids.toy.datasets.toyarith.train_sise' ({path}:{line}); "
+                        "did you mean 'train_size'?"]
+
+
+def test_a_generated_dataset_refuses_a_source_it_would_not_read(config):
+    bad = copy.deepcopy(config)
+    bad["grids"]["toy"]["datasets"]["toyarith"]["path"] = "/nonexistent/toy.jsonl"
+    with pytest.raises(ConfigError, match=r"'grids.toy.datasets.toyarith.path': loader 'toy' generates its rows"):
+        check_config(bad)
+
+
+def test_a_missing_local_copy_is_refused_before_any_job(config, tmp_path):
+    from softtokens.data.sources import check_local_sources
+
+    config["grids"]["paper"]["results"] = str(tmp_path / "results")
+    config["grids"]["paper"]["datasets"]["arc"]["path"] = str(tmp_path / "arc" / "{split}.parquet")
+    check_config(config)
+    with pytest.raises(ConfigError, match=r"'grids.paper.datasets.arc.path': .*arc/test.parquet does not exist"):
+        check_local_sources(config, "paper")
+    (tmp_path / "arc").mkdir()
+    (tmp_path / "arc" / "test.parquet").write_text("")
+    check_local_sources(config, "paper")  # there: accepted (its rows are read by prepare_benchmark)
+    (tmp_path / "arc" / "test.parquet").unlink()
+    prepared = tmp_path / "results" / "data" / "arc" / "test.jsonl"
+    prepared.parent.mkdir(parents=True)
+    prepared.write_text("{}\n")
+    check_local_sources(config, "paper")  # prepared already: the copy is not read again

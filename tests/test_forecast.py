@@ -5,6 +5,7 @@ import copy
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -105,3 +106,35 @@ def test_plan_prints_grid_totals_per_job_kind_and_per_table(tiny, tmp_path, caps
     for kind in ("| train | 1 |", "| evaluate | 4 |", "| evaluate_loglik | 2 |", "| **grid** | 7 |"):
         assert kind in out
     assert "| main (tab:main) |" in out and "wall-clock on 2 node(s) x 8 GPUs" in out
+
+
+def test_plan_and_the_ledger_count_the_same_cells_per_table(tmp_path):
+    """A table's cells as `softtokens plan` counts them (from the grid) and as the reproduction
+    report's ledger counts them (from the evaluation files): the toy main table is 4 rows (base and
+    three trainings) x (greedy pass@1, sample pass@1, sample pass@4) = 12 in both."""
+    from softtokens.report import ledger, reproduction
+    from softtokens.report.page import our_tables
+    from softtokens.report.paper import CELL_KEYS
+    from softtokens.run.jobs import GridJobs
+
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["grids"]["toy"]["results"] = str(tmp_path / "results")
+    jobs = GridJobs({**config, "grid": "toy"})
+    n = jobs.eval["n_samples"]
+    for path in jobs.eval_targets():
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        sampled = p.stem.endswith("sample")   # the fixture's own files, not a rule of the code under test
+        k = n if sampled else 1
+        p.write_text(json.dumps({"n_samples": k, "pass@1": 0.5, "pass@k": {str(i): 0.5 for i in range(1, k + 1)},
+                                 "mean_cot_length": 1.0, "n_problems": 4}))
+    for path in jobs.loglik_targets():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({"accuracy": 0.5, "nll_correct": 1.0, "n_problems": 4}))
+    seeds = reproduction.seed_rows(jobs.eval_targets() + jobs.loglik_targets())
+    tables = our_tables(sorted(set(seeds.benchmark) - {"toychoice"}))
+    no_jobs = pd.DataFrame(columns=ledger.LEDGER_COLUMNS)   # cells are counted whatever the jobs cost
+    measured = ledger.table_costs(ledger.cell_costs(seeds, no_jobs, CELL_KEYS), no_jobs, tables)
+    planned = forecast.table_forecast(config, "toy", forecast.forecast_jobs(config, "toy"), tables)
+    assert dict(zip(planned.table, planned.cells)) == dict(zip(measured.table, measured.cells))
+    assert dict(zip(planned.table, planned.cells))["main (tab:main)"] == 12

@@ -327,3 +327,19 @@ def test_our_cells_are_compared_paired_from_their_evaluation_files(tmp_path):
     assert uncertainty.difference(soft, hard, pair=False).se == pytest.approx(math.sqrt(156.25 + 4375 / 8 + 625))
     c = claims.claim_pass1_parity(ours)
     assert c.comparisons == {"paired": 1} and "paired tolerance 33.07" in c.evidence[0]
+
+
+def test_audit_says_when_a_remade_file_gives_the_same_value(tmp_path, monkeypatch):
+    """A single-cell rerun remakes an evaluation file (new provenance, new hash) with the same number:
+    the audit flags the stale link and says the value has not changed."""
+    from softtokens.report.audit import audit_cell
+
+    monkeypatch.chdir(tmp_path)
+    table, evals = _chain(Path("."))
+    res = json.loads(evals[0].read_text())
+    res["seconds"] = 12.5  # remade: same numbers, other bytes
+    evals[0].write_text(json.dumps(res))
+    lines, problems = audit_cell(table, "toy ds hard", "ds Greedy pass@1")
+    assert problems == 1 and any("CHANGED" in line and "since the table was made" in line for line in lines)
+    assert any("VALUE UNCHANGED: the changed file(s) still give 60.0±14.1" in line for line in lines)
+    assert not any("CHANGED VALUE" in line for line in lines)

@@ -77,4 +77,4 @@ def test_status_of_a_grid_with_a_run_in_every_state(tmp_path, capsys):
     assert "training runs 4: 1 done, 1 running, 1 failed, 1 pending; attempts 4 (1 restarts)" in out
     assert f"failed: {base / 'soft_greedy.json'}" in out
     line = next(x for x in out.splitlines() if x.startswith("toy/toyarith/hard/seed1"))
-    assert line.split()[1:4] == ["running", f"5/{total}", "50.0"]
+    assert line.split()[1:6] == ["running", f"5/{total}", "50.0", "29.0", "29.0"]  # reward 0-100, validation in %

@@ -35,7 +35,7 @@ def test_scalars_are_read_off_a_metrics_row_under_the_conventional_names():
     assert s["perf/rollout_tokens_per_s"] == 150.0 and s["perf/update_tokens_per_s"] == 125.0
     assert s["perf/step_time_s"] == 6.5
     assert "replay/residual" not in s  # hard runs have none: no point at all, not a zero
-    assert scalars_of({"kind": "validation", "step": 0, "val_greedy_accuracy": 0.5}) == {"val/greedy_accuracy": 0.5}
+    assert scalars_of({"kind": "validation", "step": 0, "val_greedy_accuracy": 0.5}) == {"val/greedy_accuracy": 50.0}  # %, as the reward
 
 
 def test_a_resumed_run_streams_every_step_once_and_moves_its_events_into_the_output(base, toy_rows, tmp_path):

@@ -144,7 +144,19 @@ def test_tiny_dag_end_to_end(tiny_dag, tmp_path):
     args, res = tiny_args(tmp_path / "dag"), tmp_path / "dag" / "results" / "toy"
     (res / "eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json").unlink()
     counts = job_counts(snakemake(*args, "-n"))
-    assert counts == {"evaluate": 1, "tables": 1, "figures": 1, "reproduction_report": 1, "all": 1, "total": 5}, counts
+    # the tables and figures that read it, not the others (the training curves, the out-of-domain table)
+    assert counts == {"evaluate": 1, "main_table": 1, "settings_table": 1, "passk_figure": 1, "entropy_figure": 1,
+                      "reproduction_report": 1, "all": 1, "total": 7}, counts
+    # remade alone (a single-cell rerun): the run names what now summarises an older file, and the
+    # audit of a cell over it says the number has not changed
+    cell_file = "results/toy/eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json"
+    proc = snakemake(*args, "--cores", "1", cell_file)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "summary file(s) are older than a result they are made from" in proc.stdout + proc.stderr
+    assert "results/toy/tables/main.md" in proc.stdout + proc.stderr
+    audit = subprocess.run([str(BIN / "softtokens"), "audit", "results/toy/tables/main.md", "--row", "toy toyarith hard",
+                            "--column", "toyarith Greedy pass@1"], cwd=tmp_path / "dag", capture_output=True, text=True)
+    assert audit.returncode == 1 and "VALUE UNCHANGED" in audit.stdout, audit.stdout
 
 
 

@@ -84,7 +84,26 @@ def test_paper_grid_plan_with_the_slurm_profile():
     assert counts["evaluate_loglik"] == models * 3    # x HellaSwag, ARC, MMLU
     assert counts["prepare_data"] == 3 and counts["prepare_benchmark"] == 6
     assert "build_toy_base" not in counts
-    assert counts["total"] == 1111
+    # a job per table (Table 1, one per benchmark, out-of-domain) and per figure (training curves per
+    # (model, training set); pass@k and entropy per (model, training set, benchmark))
+    cells = 5
+    summaries = {"main_table": 1, "settings_table": 3, "ood_table": 1, "training_figure": cells,
+                 "passk_figure": cells * 3, "entropy_figure": cells * 3, "reproduction_report": 1, "all": 1}
+    assert {k: counts[k] for k in summaries} == summaries
+    assert counts["total"] == 2 * runs + models * 3 * 6 + models * 3 + 3 + 6 + sum(summaries.values())
+
+
+def test_one_table_plans_only_what_it_rests_on():
+    """The out-of-domain table reads the out-of-domain files only: its dry run plans the 45 runs and the
+    48 models' out-of-domain evaluations (189 GPU jobs), their data, and no math evaluation."""
+    proc = snakemake("--profile", "slurm", "-n", "results/paper/tables/ood.md", "--quiet", "rules", env=PAPER_ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert job_counts(proc) == {"prepare_data": 3, "prepare_benchmark": 3, "train": 45, "select_checkpoint": 45,
+                                "evaluate_loglik": 144, "ood_table": 1, "total": 241}
+    proc = snakemake("--profile", "slurm", "-n", "results/paper/tables/settings_math500.md", "--quiet", "rules",
+                     env=PAPER_ENV)
+    counts = job_counts(proc)
+    assert counts["evaluate"] == 48 * 6 and "evaluate_loglik" not in counts and counts["settings_table"] == 1
 
 
 def test_ablations_grid_plans_24_variant_runs_and_reuses_the_main_cells():
@@ -97,7 +116,7 @@ def test_ablations_grid_plans_24_variant_runs_and_reuses_the_main_cells():
     assert counts["train"] == 24 and counts["select_checkpoint"] == 24
     assert counts["evaluate"] == 24 * 6 and "evaluate_loglik" not in counts
     assert counts["ablation_tables"] == 1 and "tables" not in counts and "build_toy_base" not in counts
-    assert counts["total"] == 196
+    assert counts["total"] == 24 + 24 + 24 * 6 + 1 + 1 + 1 + 1
     arms = re.findall(r"rule train:.*?wildcards: model=([\w.-]+), dataset=(\w+), arm=([\w@.+-]+), seed=(\d)", text,
                       flags=re.S)
     assert len(arms) == 24 and all("@" in a for _, _, a, _ in arms)          # no default (main-grid) run

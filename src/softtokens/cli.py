@@ -10,10 +10,13 @@ import sys
 from softtokens.commands import data, evaluate, gpu, report, train
 
 COMMAND_MODULES = (data, train, evaluate, report, gpu)
+DESCRIPTION = ("softtokens: a reproduction of 'Soft Tokens, Hard Truths' (Butt et al., 2025). Each workflow stage is "
+               "a command here (the Snakemake rules call them), beside the tools a user runs: plan (memory and cost "
+               "before a grid), status (a grid while it runs), audit (where a result came from), docs and gpu-check.")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="softtokens", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="softtokens", description=DESCRIPTION)
     sub = p.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         module.register(sub)

@@ -6,15 +6,21 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from softtokens.data.sources import loader_kind
+from softtokens.data.sources import check_local_sources, loader_kind
 from softtokens.run import paths
 from softtokens.run.paths import ALL_SETTINGS, EVAL_JOB, RUN_JOB
 from softtokens.run.config import check_config
 from softtokens.run.jobs import GridJobs
+from softtokens.run.summaries import stale_summaries
 from softtokens.train.plan import check_plan
 
-# messages that name the key ('grids.toy.rl.steps'); also completes every `reuse:` grid
-check_config(config, loader_kind)
+# messages that name the key ('grids.toy.rl.steps') and its file and line; also completes every `reuse:`
+# grid. The files in the order they apply: the workflow's config.yaml, then each --configfile over it.
+CONFIG_FILES = [f for f in workflow.configfiles if f not in workflow.overwrite_configfiles]
+CONFIG_FILES += list(workflow.overwrite_configfiles)
+check_config(config, loader_kind, CONFIG_FILES)
+# a dataset read from a local copy that is not there is refused now, not in its first job
+check_local_sources(config, config["grid"])
 # every job's per-GPU memory against the grid's GPUs, before any job starts (`softtokens plan`)
 check_plan(config, config["grid"])
 
@@ -93,10 +99,25 @@ FIGURE_KINDS = {
 }
 
 
-def reported_figure(f):
-    kind = paths.figure_kind(f)
+def alternatives(names):
+    """A wildcard constraint matching exactly these names (a rule of one grid's tables or figures)."""
+    import re
+
+    return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) or "(?!)"
+
+
+def table_outputs(name, caption):
+    """A table's files; its HTML is shown inline by `snakemake --report`."""
+    out = {ext: paths.table_path(RESULTS, name, ext) for ext in (*paths.TABLE_EXTS, paths.CELLS_EXT)}
+    out["html"] = report(out["html"], category="Tables", caption=f"../report/{caption}", labels={"table": name})
+    return {("cells" if k == paths.CELLS_EXT else k): v for k, v in out.items()}
+
+
+def figure_output(kind):
+    """A figure's PNG as `snakemake --report` shows it (category and caption by kind)."""
     category, caption = FIGURE_KINDS[kind]
-    return reported([f], category, caption, figure=Path(f).stem.removeprefix(f"{kind}_"))[0]
+    return report(paths.figure_path(RESULTS, f"{kind}_{{figure}}"), category=category,
+                  caption=f"../report/{caption}", labels={"figure": "{figure}"})
 
 
 def settle_update_backups(workflow):

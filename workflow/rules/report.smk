@@ -1,14 +1,13 @@
-rule tables:
+# Each table and each figure is a job of its own that reads only the files its cells need, so that
+# `snakemake TABLE` plans only what that table rests on (run.targets.table_inputs / figure_inputs).
+
+
+rule main_table:
+    """Table 1's shape: hard inference on every math benchmark."""
     input:
-        evals=JOBS.eval_targets(),
-        loglik=JOBS.loglik_targets(),
+        evals=JOBS.table_inputs(paths.MAIN_TABLE),
     output:
-        md=JOBS.table_targets("md"),
-        tex=JOBS.table_targets("tex"),
-        csv=JOBS.table_targets("csv"),
-        html=[reported([f], "Tables", f"table_{Path(f).stem.split('_')[0]}.rst", table=Path(f).stem)[0]
-              for f in JOBS.table_targets("html")],
-        cells=JOBS.table_targets(paths.CELLS_EXT),
+        **table_outputs(paths.MAIN_TABLE, "table_main.rst"),
     params:
         settings=JOBS.report_settings(),
         out_dir=output_parent,
@@ -17,20 +16,43 @@ rule tables:
     conda:
         CPU_ENV
     log:
-        log_of("tables"),
+        log_of("tables", paths.MAIN_TABLE),
     benchmark:
-        bench_of("tables")
+        bench_of("tables", paths.MAIN_TABLE)
     shell:
-        "python -m softtokens tables --settings {params.settings:q} --out-dir {params.out_dir} {input.evals} {input.loglik} > {log} 2>&1"
+        "python -m softtokens tables --table main --settings {params.settings:q} --out-dir {params.out_dir} {input.evals} > {log} 2>&1"
 
 
-rule figures:
+rule settings_table:
+    """The appendix tables' shape: one benchmark under every inference setting."""
     input:
-        metrics=JOBS.metrics_targets(),
-        evals=JOBS.eval_targets(),
+        evals=lambda w: JOBS.table_inputs(paths.settings_table(w.benchmark)),
     output:
-        figures=[reported_figure(f) for f in JOBS.figure_targets()],
-        pdfs=JOBS.figure_targets("pdf"),
+        **table_outputs(paths.settings_table("{benchmark}"), "table_settings.rst"),
+    params:
+        settings=JOBS.report_settings(),
+        out_dir=output_parent,
+        table=lambda w: paths.settings_table(w.benchmark),
+    wildcard_constraints:
+        benchmark=alternatives(EVAL["benchmarks"]),
+    resources:
+        **resources("cpu"),
+    conda:
+        CPU_ENV
+    log:
+        log_of("tables", paths.settings_table("{benchmark}")),
+    benchmark:
+        bench_of("tables", paths.settings_table("{benchmark}"))
+    shell:
+        "python -m softtokens tables --table {params.table} --settings {params.settings:q} --out-dir {params.out_dir} {input.evals} > {log} 2>&1"
+
+
+rule ood_table:
+    """The out-of-domain table: accuracy and NLL of the correct answer."""
+    input:
+        evals=JOBS.table_inputs(paths.OOD_TABLE) if JOBS.ood else [],
+    output:
+        **table_outputs(paths.OOD_TABLE, "table_ood.rst"),
     params:
         settings=JOBS.report_settings(),
         out_dir=output_parent,
@@ -39,11 +61,83 @@ rule figures:
     conda:
         CPU_ENV
     log:
-        log_of("figures"),
+        log_of("tables", paths.OOD_TABLE),
     benchmark:
-        bench_of("figures")
+        bench_of("tables", paths.OOD_TABLE)
     shell:
-        "python -m softtokens figures --settings {params.settings:q} --out-dir {params.out_dir} --metrics {input.metrics} --evals {input.evals} > {log} 2>&1"
+        "python -m softtokens tables --table ood --settings {params.settings:q} --out-dir {params.out_dir} {input.evals} > {log} 2>&1"
+
+
+rule training_figure:
+    """Training curves of one model on one training set (every mode and seed)."""
+    input:
+        metrics=lambda w: JOBS.figure_inputs(f"training_{w.figure}")["metrics"],
+    output:
+        png=figure_output("training"),
+        pdf=paths.figure_path(RESULTS, "training_{figure}", "pdf"),
+    params:
+        settings=lambda w: JOBS.figure_settings(f"training_{w.figure}"),
+        out_dir=output_parent,
+    wildcard_constraints:
+        figure=alternatives(JOBS.figure_keys("training")),
+    resources:
+        **resources("cpu"),
+    conda:
+        CPU_ENV
+    log:
+        log_of("figures", "training_{figure}"),
+    benchmark:
+        bench_of("figures", "training_{figure}")
+    shell:
+        "python -m softtokens figures --settings {params.settings:q} --out-dir {params.out_dir} --metrics {input.metrics} > {log} 2>&1"
+
+
+rule passk_figure:
+    """pass@k of one model's runs on one training set and its base, on one benchmark."""
+    input:
+        evals=lambda w: JOBS.figure_inputs(f"passk_{w.figure}")["evals"],
+    output:
+        png=figure_output("passk"),
+        pdf=paths.figure_path(RESULTS, "passk_{figure}", "pdf"),
+    params:
+        settings=lambda w: JOBS.figure_settings(f"passk_{w.figure}"),
+        out_dir=output_parent,
+    wildcard_constraints:
+        figure=alternatives(JOBS.figure_keys("passk")),
+    resources:
+        **resources("cpu"),
+    conda:
+        CPU_ENV
+    log:
+        log_of("figures", "passk_{figure}"),
+    benchmark:
+        bench_of("figures", "passk_{figure}")
+    shell:
+        "python -m softtokens figures --settings {params.settings:q} --out-dir {params.out_dir} --evals {input.evals} > {log} 2>&1"
+
+
+rule entropy_figure:
+    """CoT entropy by position of one model's runs on one training set and its base, on one benchmark."""
+    input:
+        evals=lambda w: JOBS.figure_inputs(f"entropy_{w.figure}")["evals"],
+    output:
+        png=figure_output("entropy"),
+        pdf=paths.figure_path(RESULTS, "entropy_{figure}", "pdf"),
+    params:
+        settings=lambda w: JOBS.figure_settings(f"entropy_{w.figure}"),
+        out_dir=output_parent,
+    wildcard_constraints:
+        figure=alternatives(JOBS.figure_keys("entropy")),
+    resources:
+        **resources("cpu"),
+    conda:
+        CPU_ENV
+    log:
+        log_of("figures", "entropy_{figure}"),
+    benchmark:
+        bench_of("figures", "entropy_{figure}")
+    shell:
+        "python -m softtokens figures --settings {params.settings:q} --out-dir {params.out_dir} --evals {input.evals} > {log} 2>&1"
 
 
 REPORT = JOBS.report_files()
@@ -55,8 +149,8 @@ rule reproduction_report:
         loglik=JOBS.loglik_targets(),
         variants=lambda w: JOBS.variant_evals_present(),
         # after every other job, so that the ledger holds their benchmark files
-        tables=rules.tables.output.md,
-        figures=rules.figures.output.figures,
+        tables=JOBS.table_targets("md"),
+        figures=JOBS.figure_targets(),
         selected=JOBS.selected_targets(),
     output:
         md=REPORT["reproduction.md"],

@@ -11,14 +11,19 @@ from softtokens.commands.common import grid_config, parse_settings
 def cmd_tables(a) -> None:
     from softtokens.report.tables import write_tables
 
-    write_tables([Path(p) for p in a.inputs], Path(a.out_dir), parse_settings(a.settings))
+    write_tables([Path(p) for p in a.inputs], Path(a.out_dir), parse_settings(a.settings),
+                 names=a.table or None)
 
 
 def cmd_figures(a) -> None:
-    from softtokens.report.figures import write_figures
+    from softtokens.report.figures import write_figure, write_figures
 
-    write_figures([Path(p) for p in a.metrics], [Path(p) for p in a.evals], Path(a.out_dir),
-                  parse_settings(a.settings))
+    settings = parse_settings(a.settings)
+    metrics, evals = [Path(p) for p in a.metrics], [Path(p) for p in a.evals]
+    if settings.get("figure"):
+        write_figure(settings["figure"], metrics, evals, Path(a.out_dir), settings)
+    else:
+        write_figures(metrics, evals, Path(a.out_dir), settings)
 
 
 def cmd_ablations(a) -> None:
@@ -83,17 +88,19 @@ def register(sub) -> None:
     c.add_argument("--grid", default=None, help="default: the config's `grid`")
     c.set_defaults(func=cmd_status)
 
-    c = sub.add_parser("tables", help="tables of mean ± std over seeds (md, tex, csv)")
+    c = sub.add_parser("tables", help="tables of mean ± std over seeds (md, tex, csv, html, cells.json)")
     c.add_argument("--settings", required=True)
     c.add_argument("--out-dir", required=True)
+    c.add_argument("--table", action="append", help="only this table (main, ood, settings_<benchmark>); repeatable")
     c.add_argument("inputs", nargs="+")
     c.set_defaults(func=cmd_tables)
 
-    c = sub.add_parser("figures", help="training curves and entropy profiles (png)")
-    c.add_argument("--settings", required=True)
+    c = sub.add_parser("figures", help="training curves, pass@k and entropy profiles (png, pdf)")
+    c.add_argument("--settings", required=True, help="JSON; its `figure` (kind, model, dataset, benchmark) makes "
+                                                     "that one figure, else every figure the files make")
     c.add_argument("--out-dir", required=True)
-    c.add_argument("--metrics", nargs="+", required=True)
-    c.add_argument("--evals", nargs="+", required=True)
+    c.add_argument("--metrics", nargs="*", default=[])
+    c.add_argument("--evals", nargs="*", default=[])
     c.set_defaults(func=cmd_figures)
 
     c = sub.add_parser("ablations", help="the appendix ablation tables and greedy-validation figures")

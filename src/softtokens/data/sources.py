@@ -27,11 +27,6 @@ class DropRow(Exception):
     """A raw row with no usable answer; the message is the reason it is counted under."""
 
 
-# questions in each paper loader's test set, as the paper (and these loaders) evaluate it: the
-# reproduction's standard errors and the cost forecast (report.forecast) count them
-TEST_SIZES = {"gsm8k": 1319, "math500": 500, "olympiadbench": 675, "hellaswag": 10042, "arc": 1172, "mmlu": 14042}
-
-
 def _gsm8k_gold(answer: str) -> str:
     if "####" not in answer:
         raise DropRow("no '####' in answer")
@@ -164,22 +159,36 @@ class Source:
     kind: str = "math"                  # math | multiple_choice
     id_field: str | None = None         # raw field kept as the row's source id
     notes: str = ""
+    # questions in the test set as the paper (and this loader) evaluates it: the reproduction's standard
+    # errors and the cost forecast (report.forecast) count them; None for a training-only set
+    test_size: int | None = None
 
 
 SOURCES: dict[str, Source] = {
-    "gsm8k": Source("openai/gsm8k", "main", {"train": "train", "test": "test"}, norm_gsm8k),
+    "gsm8k": Source("openai/gsm8k", "main", {"train": "train", "test": "test"}, norm_gsm8k, test_size=1319),
     "math": Source("DigitalLearningGmbH/MATH-lighteval", "default", {"train": "train", "test": "test"}, norm_math,
                    notes="Hendrycks MATH mirror; gold = last \\boxed{} of the solution"),
     "deepscaler": Source("agentica-org/DeepScaleR-Preview-Dataset", None, {"train": "train"}, norm_problem_answer),
-    "math500": Source("HuggingFaceH4/MATH-500", None, {"test": "test"}, norm_problem_answer, id_field="unique_id"),
+    "math500": Source("HuggingFaceH4/MATH-500", None, {"test": "test"}, norm_problem_answer, id_field="unique_id",
+                      test_size=500),
     "olympiadbench": Source("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", {"test": "train"}, norm_olympiadbench,
-                            id_field="id", notes="675 English, text-only, open-ended math problems"),
+                            id_field="id", notes="675 English, text-only, open-ended math problems", test_size=675),
     "hellaswag": Source("Rowan/hellaswag", None, {"test": "validation"}, norm_hellaswag, kind="multiple_choice",
-                        id_field="ind"),
+                        id_field="ind", test_size=10042),
     "arc": Source("allenai/ai2_arc", "ARC-Challenge", {"test": "test"}, norm_arc, kind="multiple_choice", id_field="id",
-                  notes="the AI2 Reasoning Challenge set the paper names (docs/protocol.md)"),
-    "mmlu": Source("cais/mmlu", "all", {"test": "test"}, norm_mmlu, kind="multiple_choice"),
+                  notes="the AI2 Reasoning Challenge set the paper names (docs/protocol.md); the paper's own "
+                        "accuracies admit 1,165 questions, not the split's 1,172 (docs/protocol.md)", test_size=1172),
+    "mmlu": Source("cais/mmlu", "all", {"test": "test"}, norm_mmlu, kind="multiple_choice", test_size=14042),
 }
+# the loaders whose rows the workflow generates (data.toy), and every loader a config may name
+GENERATED = {"toy": ("math", ("train", "test")), "toy_mc": ("multiple_choice", ("test",))}
+LOADERS = (*SOURCES, *GENERATED)
+
+
+def test_size(loader: str) -> int | None:
+    """Questions in a loader's test set (None: generated, or training only: the config says)."""
+    source = SOURCES.get(loader)
+    return source.test_size if source else None
 
 
 # ---------------------------------------------------------------- raw readers
@@ -269,7 +278,7 @@ def load_split(name: str, loader: str, split: str, hub_id: str | None = None, hf
                path: str | None = None, revision: str | None = None) -> tuple[list[dict], LoadReport]:
     """Normalised rows of one split of a configured dataset (``name`` prefixes the ids)."""
     if loader not in SOURCES:
-        raise ValueError(f"dataset {name!r}: unknown loader {loader!r} (known: {', '.join(sorted(SOURCES))}, toy, toy_mc)")
+        raise ValueError(f"dataset {name!r}: unknown loader {loader!r} (known: {', '.join(LOADERS)})")
     source = SOURCES[loader]
     if split not in source.splits:
         raise ValueError(f"dataset {name!r}: {loader} has no {split!r} split (it has {', '.join(source.splits)})")
@@ -316,9 +325,31 @@ def check_generated_golds(name: str, rows: list[dict]) -> None:
 def loader_kind(loader: str) -> tuple[str, tuple[str, ...]]:
     """(math | multiple_choice, the splits it has: 'train' feeds train + validation) of a loader,
     the generated toy ones included: what config checks and the workflow plan from."""
-    if loader == "toy":
-        return "math", ("train", "test")
-    if loader == "toy_mc":
-        return "multiple_choice", ("test",)
+    if loader in GENERATED:
+        return GENERATED[loader]
+    if loader not in SOURCES:
+        raise KeyError(f"{loader!r} is not one of {', '.join(LOADERS)}")
     source = SOURCES[loader]
     return source.kind, tuple(source.splits)
+
+
+def check_local_sources(config: dict, grid_name: str) -> None:
+    """Every dataset of the grid read from a local copy (`path:`) whose prepared files do not exist
+    yet: each split it will read must be there. Called when the workflow is parsed, so a dry run
+    refuses a missing copy, naming the key, instead of the first job failing on it."""
+    from softtokens.run.config import ConfigError
+    from softtokens.run.paths import data_path
+
+    grid = config["grids"][grid_name]
+    for name, spec in grid["datasets"].items():
+        if not spec.get("path") or spec["loader"] not in SOURCES:
+            continue
+        source = SOURCES[spec["loader"]]
+        for split, src_split in source.splits.items():
+            ours = ("train", "validation") if split == "train" else (split,)
+            if all(Path(data_path(grid["results"], name, s)).exists() for s in ours):
+                continue  # prepared already: the copy is not read again
+            local = Path(str(spec["path"]).replace("{split}", src_split))
+            if not local.exists():
+                raise ConfigError(f"'grids.{grid_name}.datasets.{name}.path': {local} does not exist (the local "
+                                  f"copy of {spec['loader']}'s {src_split!r} split, read for our {split!r} split)")

@@ -11,9 +11,8 @@ from softtokens.run.config import PAPER_RL
 from softtokens.run.names import (
     CONTINUOUS_MODES,
     COT_KEYS,
-    MODES,
     PLACEMENTS,
-    SETTING_NAMES,
+    SETTINGS,
 )
 
 
@@ -68,13 +67,16 @@ def cot_settings(cot: Mapping) -> dict[str, CotSetting]:
         raise KeyError(f"CoT settings need {', '.join(COT_KEYS)}; missing {', '.join(missing)}")
     gamma = float(cot["noise_factor"])
     out = {}
-    for mode in MODES:
-        tau = float(cot[f"{mode}_temperature"])
+    for name, spec in SETTINGS.items():  # run.names: what each setting is
+        mode, continuous = spec.mode, spec.mode in CONTINUOUS_MODES
+        tau = float(cot[f"{mode}_temperature"]) if spec.temperature is None else float(spec.temperature)
         # greedy: hard at tau = 0 (argmax), soft / fuzzy at their tau without noise; sample: hard at
         # its temperature, soft / fuzzy with noise of factor gamma
-        out[f"{mode}_greedy"] = CotSetting(mode, tau if mode in CONTINUOUS_MODES else 0.0, 0.0)
-        out[f"{mode}_sample"] = CotSetting(mode, tau, gamma if mode in CONTINUOUS_MODES else 0.0)
-    return {name: out[name] for name in SETTING_NAMES}
+        if spec.decoding == "greedy":
+            out[name] = CotSetting(mode, tau if continuous else 0.0, 0.0)
+        else:
+            out[name] = CotSetting(mode, tau, gamma if continuous else 0.0)
+    return out
 
 
 # The paper's defaults, the public view. Answers are always greedy at test time.

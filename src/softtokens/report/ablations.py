@@ -20,16 +20,16 @@ import pandas as pd
 
 from softtokens.report.figures import _save_fig
 from softtokens.report.results import load_eval_frame, mean_std_text, parse_mean_std
-from softtokens.report.tables import write_table
+from softtokens.report.tables import setting_columns, write_table
+from softtokens.run.names import table_settings
 from softtokens.run import paths
 from softtokens.run.paths import arm as arm_name
 from softtokens.run.paths import parse_run_path
 from softtokens.run.provenance import Provenance
 
-COLUMNS = [(f"{m}_{kind}", metric, f"{m.capitalize()} {kind.capitalize()} {label}")
-           for m in ("hard", "fuzzy", "soft")
-           for kind, metric, label in (("greedy", "pass@1", "pass@1"), ("sample", "pass@1", "pass@1"),
-                                       ("sample", "pass@n", "pass@n"))]
+# (setting, metric, column title) of the paper's nine ablation columns, from run.names's registry
+# ("pass@n": n is put in when the table is made)
+COLUMNS = [(s, metric, title) for (s, metric), title in setting_columns(list(table_settings()), "n").items()]
 PLACEMENT_NAMES = {"embedding": "Embedding", "hidden": "Final Hidden", "logits": "Logits"}
 DESCRIBE = {"mode": ("Training", lambda r: r["mode"].capitalize()),
             "placement": ("Noise Loc", lambda r: PLACEMENT_NAMES[r["placement"]]),

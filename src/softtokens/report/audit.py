@@ -36,7 +36,7 @@ def audit_cell(table: str | Path, row: str, column: str) -> tuple[list[str], int
              f"({cell['setting']}, {cell['metric']}, {len(cell['evals'])} seed file(s))"]
     problems = 0
     made_from = {inp["path"]: inp["sha256"] for inp in (read_record(cells_path) or {}).get("inputs", {}).values()}
-    values = []
+    values, changed = [], 0
     for p in map(Path, cell["evals"]):
         if not p.exists():
             lines.append(f"  MISSING {p}")
@@ -46,6 +46,7 @@ def audit_cell(table: str | Path, row: str, column: str) -> tuple[list[str], int
         if recorded and recorded != sha256_path(p):
             lines.append(f"  CHANGED {p} since the table was made (recorded {recorded[:12]}, now {sha256_path(p)[:12]})")
             problems += 1
+            changed += 1
         load = load_loglik_frame if p.stem == "loglik" else load_eval_frame  # as the table read it
         values.append(float(load([p])[cell["metric"]].iloc[0]))
         sub, sub_problems = audit(p, 1)
@@ -58,5 +59,9 @@ def audit_cell(table: str | Path, row: str, column: str) -> tuple[list[str], int
         if now != cell["value"]:
             lines.append(f"  CHANGED VALUE: the files now give {now}, the table says {cell['value']}")
             problems += 1
+        elif changed:
+            # remade files (a rerun, new provenance) that give the same number: say so, the link is still stale
+            lines.append(f"  VALUE UNCHANGED: the changed file(s) still give {now}, as the table says; rebuild the "
+                         f"table (snakemake {table.with_suffix('.md')}) to link it to them")
     lines.append(f"{problems} problem(s)" if problems else "chain intact: every link present and unchanged")
     return lines, problems

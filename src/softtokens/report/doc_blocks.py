@@ -14,6 +14,8 @@ in a file of the repository; its text is BLOCKS[NAME]() and nothing else.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +23,68 @@ BEGIN = "<!-- generated: {name} (softtokens docs --write) -->"
 END = "<!-- end generated: {name} -->"
 
 
-def paper_claims_block() -> str:
+def dry_run_counts(root: Path, *args: str) -> dict[str, int]:
+    """Jobs per rule of a Snakemake dry run at ``root`` (the real DAG: its counts are not re-derived here)."""
+    snakemake = Path(sys.executable).parent / "snakemake"
+    proc = subprocess.run([str(snakemake), *args, "-n", "--quiet", "rules"], cwd=root, capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"snakemake {' '.join(args)} -n failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
+    counts = {}
+    for line in (proc.stdout + proc.stderr).split("Job stats:")[-1].splitlines():
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if m:
+            counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def paper_plan_block(root: Path) -> str:
+    """What `snakemake --profile slurm -n` plans for the paper grid, rule by rule, from the dry run, with
+    what each rule's jobs are, from the grid (run.jobs)."""
+    import pandas as pd
+    import yaml
+
+    from softtokens.data.sources import loader_kind
+    from softtokens.run.config import check_config
+    from softtokens.run.jobs import GridJobs
+
+    config = yaml.safe_load((root / "config.yaml").read_text())
+    config["grid"] = "paper"
+    check_config(config, loader_kind)
+    jobs = GridJobs(config)
+    runs = jobs.training_runs()
+    cells = sorted({(r.model, r.dataset) for r in runs})
+    modes, seeds = sorted({r.mode for r in runs}), sorted({r.seed for r in runs})
+    trained = {d for _, d in cells}
+    models = len(jobs.evaluated_models())
+    bench, ood = jobs.eval["benchmarks"], jobs.ood
+    what = {
+        "prepare_data": f"training sets ({', '.join(sorted(trained))}): train + a held-out validation slice",
+        "prepare_benchmark": f"test sets: {', '.join(bench + ood)}",
+        "train": f"Table 1's cells: {', '.join(f'{m} × {d}' for m, d in cells)}; × {{{', '.join(modes)}}} × seeds "
+                 f"{{{', '.join(map(str, seeds))}}}",
+        "select_checkpoint": "best greedy-validation step (≥ 1) of each run",
+        "evaluate": f"{models} models ({len(runs)} selected + {models - len(runs)} base) × {{{', '.join(bench)}}} × "
+                    f"{len(jobs.eval['settings'])} inference settings (n = {jobs.eval['n_samples']})",
+        "evaluate_loglik": f"{models} models × {{{', '.join(ood)}}}",
+        "main_table": "Table 1: hard inference on every math benchmark",
+        "settings_table": "one per benchmark: every inference setting (the appendix tables)",
+        "ood_table": "the out-of-domain table",
+        "training_figure": "training curves per (model, training set)",
+        "passk_figure": "pass@k per (model, training set, benchmark)",
+        "entropy_figure": "CoT entropy per (model, training set, benchmark)",
+        "reproduction_report": "the claims, every paper cell beside ours, the cost ledger",
+        "all": "",
+    }
+    counts = dry_run_counts(root, "--profile", "slurm")
+    order = {rule: i for i, rule in enumerate(what)}  # the DAG's stages, whatever order Snakemake lists them in
+    rules = sorted((r for r in counts if r != "total"), key=lambda r: (order.get(r, len(order)), r))
+    rows = [{"job": f"`{rule}`", "count": counts[rule], "what": what.get(rule, "")} for rule in rules]
+    rows.append({"job": "total", "count": counts["total"], "what": ""})
+    return pd.DataFrame(rows).to_markdown(index=False)
+
+
+def paper_claims_block(root: Path) -> str:
     """Every claim on the paper's own numbers: the verdict and each end's counts (report.claims)."""
     import pandas as pd
 
@@ -38,13 +101,15 @@ def paper_claims_block() -> str:
     return pd.DataFrame(rows).to_markdown(index=False)
 
 
-BLOCKS: dict[str, Callable[[], str]] = {
+BLOCKS: dict[str, Callable[[Path], str]] = {
     "paper-claims": paper_claims_block,
+    "paper-plan": paper_plan_block,
 }
 
 # which files hold which blocks (paths from the repository root)
 FILES: dict[str, tuple[str, ...]] = {
     "docs/protocol.md": ("paper-claims",),
+    "docs/cluster.md": ("paper-plan",),
 }
 
 
@@ -52,38 +117,42 @@ def _pattern(name: str) -> re.Pattern:
     return re.compile(re.escape(BEGIN.format(name=name)) + r"\n(.*?)\n?" + re.escape(END.format(name=name)), re.S)
 
 
-def render(text: str, name: str) -> str:
+def render(text: str, name: str, root: Path, cache: dict | None = None) -> str:
     """``text`` with block ``name`` rewritten; a file without the block's markers is an error."""
     pattern = _pattern(name)
     if not pattern.search(text):
         raise KeyError(f"no markers for the generated block {name!r} ({BEGIN.format(name=name)})")
-    body = BLOCKS[name]().rstrip("\n")
+    cache = {} if cache is None else cache
+    if name not in cache:
+        cache[name] = BLOCKS[name](root).rstrip("\n")
+    body = cache[name]
     return pattern.sub(lambda _: f"{BEGIN.format(name=name)}\n{body}\n{END.format(name=name)}", text, count=1)
 
 
-def stale(root: Path) -> list[str]:
-    """Every (file, block) whose text is not what the code gives now, as 'file: block' lines."""
-    out = []
+def stale(root: Path, code_root: Path | None = None) -> list[str]:
+    """Every (file, block) under ``root`` whose text is not what the code (at ``code_root``, default
+    ``root``) gives now, as 'file: block' lines."""
+    out, cache = [], {}
     for rel, names in FILES.items():
         path = root / rel
         text = path.read_text()
         for name in names:
             try:
-                if render(text, name) != text:
+                if render(text, name, code_root or root, cache) != text:
                     out.append(f"{rel}: {name}")
             except KeyError as err:
                 out.append(f"{rel}: {err.args[0]}")
     return out
 
 
-def write(root: Path) -> list[str]:
+def write(root: Path, code_root: Path | None = None) -> list[str]:
     """Rewrite every block in place; the files changed."""
-    changed = []
+    changed, cache = [], {}
     for rel, names in FILES.items():
         path = root / rel
         text = new = path.read_text()
         for name in names:
-            new = render(new, name)
+            new = render(new, name, code_root or root, cache)
         if new != text:
             path.write_text(new)
             changed.append(rel)

@@ -1,8 +1,7 @@
-"""Tables (Markdown, LaTeX, CSV) and figures (PNG) from evaluation results and training metrics.
-
-Tables aggregate over seeds as mean ± std (sample std, ddof=1; 0 for a single seed or the
-base model), in percent, in the shape of the paper's Table 1 (hard inference) and its
-appendix tables (all six inference settings)."""
+"""Figures (PNG and PDF) from training metrics and evaluation results: per (model, training set)
+the training curves, per (model, training set, benchmark) the pass@k curves and the CoT entropy
+profile. Each figure is a target of its own (one job each in the workflow); which settings a panel
+shows comes from run.names's registry, never from a setting's spelling."""
 
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ import pandas as pd
 from softtokens.report.tables import MODE_ORDER
 from softtokens.run import paths
 from softtokens.run.files import atomic_path
+from softtokens.run.names import DECODINGS, SETTINGS, setting_label, table_settings
 from softtokens.run.paths import parse_eval_path, parse_run_path
 from softtokens.run.provenance import Provenance
 
@@ -44,73 +44,149 @@ def _legend_outside(ax, title: str = "training") -> None:
                   borderaxespad=0)
 
 
-def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Path, settings: dict) -> None:
+# a line of the entropy profile is drawn where at least this many of its CoTs reach the position
+MIN_COTS = 10
+# training success is smoothed over about this share of a run's steps (at least 1, at most 50 steps)
+SMOOTHING_SHARE = 1 / 8
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import seaborn as sns
-    from matplotlib.ticker import MaxNLocator
 
     sns.set_theme(style="whitegrid", context="paper")
-    prov = Provenance("figures", settings, inputs={p.as_posix(): p for p in [*metrics_paths, *eval_paths]})
+    return plt, sns
+
+
+def smoothing_window(steps: int) -> int:
+    """Steps in training success's rolling mean: SMOOTHING_SHARE of the run, between 1 and 50."""
+    return max(1, min(50, round(steps * SMOOTHING_SHARE)))
+
+
+def _mode_seed_legend(ax, modes: list[str], seeds: list[str], dashes: dict, marker: str | None = None) -> None:
+    """The legend right of the axes: a colour per training mode, a line style per seed (titled in
+    words, not the frame's column names)."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=MODE_COLOURS[m], marker=marker, label=m) for m in modes]
+    handles.append(Line2D([], [], linestyle="none", label=""))
+    handles += [Line2D([], [], color="0.35", dashes=dashes[sd] or (None, None), label=f"seed {sd}") for sd in seeds]
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+    ax.legend(handles=handles, title="training", fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
+              borderaxespad=0)
+
+
+def training_figure(metrics_paths: list[Path], model: str, dataset: str):
+    """(a) training success per step (a rolling mean whose window the title states), (b) greedy
+    validation, one colour per training mode and one line style per seed."""
+    plt, sns = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     rows = []
     for p in metrics_paths:
         keys = parse_run_path(p)
-        if keys["variant"]:
+        if keys["variant"] or (keys["model"], keys["train_dataset"]) != (model, dataset):
             continue
-        for line in p.read_text().splitlines():
-            m = json.loads(line)
-            rows.append({**keys, **m})
-    runs = pd.DataFrame(rows)
-    for (model, dataset), sub in runs.groupby(["model", "train_dataset"]):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-        train = sub[sub.kind == "train"].copy()
-        train["success (%)"] = 100 * train["frac_correct"]
-        train["smoothed"] = train.groupby(["train_mode", "seed"])["success (%)"].transform(
-            lambda s: s.rolling(max(1, len(s) // 10), min_periods=1).mean())
-        # one colour per training mode, one line style per seed (SEED_DASHES), as the paper draws its runs
-        train["seed"], val = train["seed"].astype(str), sub[sub.kind == "validation"].copy()
-        val["seed"] = val["seed"].astype(str)
-        seeds = sorted(set(train.seed) | set(val.seed), key=int)
-        dashes = {sd: SEED_DASHES[i % len(SEED_DASHES)] for i, sd in enumerate(seeds)}
-        sns.lineplot(train, x="step", y="smoothed", hue="train_mode", style="seed", dashes=dashes,
-                     style_order=seeds, estimator=None, ax=axes[0], palette=MODE_COLOURS,
-                     hue_order=[m for m in MODE_ORDER if m in set(train.train_mode)], legend=False)
-        axes[0].set(title="(a) training success (rolling mean)", xlabel="RL step", ylabel="correct rollouts (%)")
-        val["greedy validation (%)"] = 100 * val["val_greedy_accuracy"]
-        sns.lineplot(val, x="step", y="greedy validation (%)", hue="train_mode", style="seed", dashes=dashes,
-                     style_order=seeds, estimator=None, marker="o", ax=axes[1], palette=MODE_COLOURS,
-                     hue_order=[m for m in MODE_ORDER if m in set(val.train_mode)])
-        axes[1].set(title="(b) greedy validation (model selection)", xlabel="RL step")
-        for ax in axes:
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        _legend_outside(axes[1])
-        fig.suptitle(f"{model} trained on {dataset}")
-        _save_fig(fig, out_dir / f"{paths.figure_name('training', model, dataset)}.png", prov)
-        plt.close(fig)
+        rows += [{**keys, **json.loads(line)} for line in Path(p).read_text().splitlines() if line.strip()]
+    sub = pd.DataFrame(rows)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    train = sub[sub.kind == "train"].copy()
+    train["success (%)"] = 100 * train["frac_correct"]
+    window = smoothing_window(int(train.groupby(["train_mode", "seed"]).size().max()))
+    train["smoothed"] = train.groupby(["train_mode", "seed"])["success (%)"].transform(
+        lambda s: s.rolling(window, min_periods=1).mean())
+    # one colour per training mode, one line style per seed (SEED_DASHES), as the paper draws its runs
+    train["seed"], val = train["seed"].astype(str), sub[sub.kind == "validation"].copy()
+    val["seed"] = val["seed"].astype(str)
+    seeds = sorted(set(train.seed) | set(val.seed), key=int)
+    dashes = {sd: SEED_DASHES[i % len(SEED_DASHES)] for i, sd in enumerate(seeds)}
+    modes = [m for m in MODE_ORDER if m in set(train.train_mode) | set(val.train_mode)]
+    sns.lineplot(train, x="step", y="smoothed", hue="train_mode", style="seed", dashes=dashes,
+                 style_order=seeds, estimator=None, ax=axes[0], palette=MODE_COLOURS,
+                 hue_order=[m for m in modes if m in set(train.train_mode)], legend=False)
+    smooth = "per step" if window == 1 else f"rolling mean over {window} steps"
+    axes[0].set(title=f"(a) training success ({smooth})", xlabel="RL step", ylabel="correct rollouts (%)")
+    val["greedy validation (%)"] = 100 * val["val_greedy_accuracy"]
+    sns.lineplot(val, x="step", y="greedy validation (%)", hue="train_mode", style="seed", dashes=dashes,
+                 style_order=seeds, estimator=None, marker="o", ax=axes[1], palette=MODE_COLOURS,
+                 hue_order=[m for m in modes if m in set(val.train_mode)], legend=False)
+    axes[1].set(title="(b) greedy validation (model selection)", xlabel="RL step")
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _mode_seed_legend(axes[1], modes, seeds, dashes)
+    fig.suptitle(f"{model} trained on {dataset}")
+    return fig
 
-    evals = [(keys, json.loads(p.read_text())) for p in eval_paths if not (keys := parse_eval_path(p))["variant"]]
-    palette = MODE_COLOURS
+
+def _eval_rows(eval_paths: list[Path]) -> list[tuple[dict, dict]]:
+    return [(keys, json.loads(Path(p).read_text())) for p in eval_paths if not (keys := parse_eval_path(p))["variant"]]
+
+
+def _group(df: pd.DataFrame, model: str, dataset: str, benchmark: str) -> pd.DataFrame:
+    """The rows of one per-run figure (figure_groups' rule)."""
+    for key, sub in figure_groups(df[(df.model == model) & (df.benchmark == benchmark)]):
+        if key == (model, dataset, benchmark):
+            return sub
+    return df.iloc[0:0]
+
+
+def passk_figure_of(eval_paths: list[Path], model: str, dataset: str, benchmark: str):
+    plt, sns = _pyplot()
     points = pd.DataFrame([{**keys, "k": int(k), "pass@k (%)": 100 * v}
-                           for keys, res in evals for k, v in res["pass@k"].items()])
-    if not points.empty:
-        for (model, dataset, bench), sub in figure_groups(points):
-            fig = passk_figure(plt, sns, sub, palette)
-            fig.suptitle(f"pass@k of {model} trained on {dataset} ({bench}; mean ± sd over seeds; none = base "
-                         "model; triangles: greedy pass@1)", y=1.04)
-            _save_fig(fig, out_dir / f"{paths.figure_name('passk', model, dataset, bench)}.png", prov)
-            plt.close(fig)
+                           for keys, res in _eval_rows(eval_paths) for k, v in res["pass@k"].items()])
+    fig = passk_figure(plt, sns, _group(points, model, dataset, benchmark), MODE_COLOURS)
+    fig.suptitle(f"pass@k of {model} trained on {dataset} ({benchmark}; mean ± sd over seeds; none = base "
+                 "model; triangles: greedy pass@1)", y=1.04)
+    return fig
 
-    ent = pd.DataFrame([{**keys, "position": pos, "entropy": h} for keys, res in evals
-                        for pos, h in enumerate(res["entropy_profile"])
-                        if h is not None and res["entropy_count"][pos] >= 5])
-    if not ent.empty:
-        for (model, dataset, bench), sub in figure_groups(ent):
-            fig = entropy_figure(plt, sns, sub, palette)
-            fig.suptitle(f"CoT entropy of {model} trained on {dataset} ({bench}; none = base model)", y=1.04)
-            _save_fig(fig, out_dir / f"{paths.figure_name('entropy', model, dataset, bench)}.png", prov)
-            plt.close(fig)
+
+def entropy_figure_of(eval_paths: list[Path], model: str, dataset: str, benchmark: str):
+    plt, sns = _pyplot()
+    ent = pd.DataFrame([{**keys, "position": pos, "entropy": h, "cots": res["entropy_count"][pos]}
+                        for keys, res in _eval_rows(eval_paths) for pos, h in enumerate(res["entropy_profile"])
+                        if h is not None])
+    sub = _group(ent, model, dataset, benchmark)
+    fig = entropy_figure(plt, sns, sub, MODE_COLOURS)
+    fig.suptitle(f"CoT entropy of {model} trained on {dataset} ({benchmark}; none = base model)\n"
+                 f"a line is drawn where at least {MIN_COTS} of its CoTs reach the position; grey: CoTs reaching "
+                 f"each position (every line of the panel)", y=1.07)
+    return fig
+
+
+FIGURES = {"training": training_figure, "passk": passk_figure_of, "entropy": entropy_figure_of}
+
+
+def write_figure(spec: dict, metrics_paths: list[Path], eval_paths: list[Path], out_dir: Path, settings: dict) -> Path:
+    """One figure (``spec``: kind, model, dataset and, per run, benchmark; run.targets.figure_specs)
+    as PNG and PDF, with provenance."""
+    import matplotlib.pyplot as plt
+
+    kind = spec["kind"]
+    inputs = metrics_paths if kind == "training" else eval_paths
+    prov = Provenance("figures", {**settings, "figure": spec}, inputs={p.as_posix(): p for p in map(Path, inputs)})
+    keys = [spec["model"], spec["dataset"]] + ([spec["benchmark"]] if kind != "training" else [])
+    fig = FIGURES[kind](list(map(Path, inputs)), *keys)
+    path = out_dir / f"{paths.figure_name(kind, *keys)}.png"
+    _save_fig(fig, path, prov)
+    plt.close(fig)
+    return path
+
+
+def write_figures(metrics_paths: list[Path], eval_paths: list[Path], out_dir: Path, settings: dict) -> None:
+    """Every figure these files make (the workflow makes each as a job of its own: write_figure)."""
+    runs = sorted({(k["model"], k["train_dataset"]) for k in map(parse_run_path, metrics_paths) if not k["variant"]})
+    specs = [{"kind": "training", "model": m, "dataset": d} for m, d in runs]
+    df = pd.DataFrame([parse_eval_path(p) for p in eval_paths])
+    if not df.empty:
+        df = df[df.variant == ""]
+        specs += [{"kind": kind, "model": m, "dataset": d, "benchmark": b}
+                  for kind in ("passk", "entropy") for (m, d, b), _ in figure_groups(df)]
+    for spec in specs:
+        write_figure(spec, metrics_paths, eval_paths, out_dir, settings)
 
 
 def figure_groups(df: pd.DataFrame):
@@ -122,49 +198,88 @@ def figure_groups(df: pd.DataFrame):
             yield (model, dataset, bench), sub[sub.train_dataset.isin([dataset, "none"])]
 
 
+def setting_grid(present) -> tuple[list[tuple], list[str], dict]:
+    """The panels of a per-setting figure: columns (CoT mode, temperature override), rows decodings,
+    and which setting sits at (column, row), in run.names's order."""
+    cols, rows, at = [], [], {}
+    for name in table_settings():
+        spec = SETTINGS[name]
+        if name not in present:
+            continue
+        col = (spec.mode, spec.temperature)
+        cols += [col] if col not in cols else []
+        rows += [spec.decoding] if spec.decoding not in rows else []
+        at[(col, spec.decoding)] = name
+    return cols, sorted(rows, key=DECODINGS.index), at
+
+
+def _column_title(col: tuple) -> str:
+    mode, tau = col
+    return mode + ("" if tau is None else f" τ={tau:g}")
+
+
 def entropy_figure(plt, sns, sub: pd.DataFrame, palette: dict):
     """CoT entropy by position: one panel per inference setting (rows greedy / sample, columns the
-    CoT mode), each training mode's mean over seeds with its sd band, the base model dashed black on
-    top (never hidden under the trained runs)."""
-    cols = [m for m in ("hard", "fuzzy", "soft") if {f"{m}_greedy", f"{m}_sample"} & set(sub.setting)]
-    rows = [r for r in ("greedy", "sample") if any(f"{m}_{r}" in set(sub.setting) for m in cols)]
+    CoT mode), each training mode's mean over seeds with its sd band where at least MIN_COTS of its
+    CoTs reach the position, the base model dashed black on top (never hidden under the trained
+    runs), and in grey on a right-hand axis how many CoTs reach each position."""
+    cols, rows, at = setting_grid(set(sub.setting))
     fig, axes = plt.subplots(len(rows), len(cols), figsize=(4.2 * len(cols), 3.0 * len(rows)), sharex=True,
                              sharey=True, squeeze=False)
     trainings = [m for m in MODE_ORDER if m in set(sub.train_mode)]
+    reached = sub.groupby(["setting", "train_mode", "position"])["cots"].transform("sum")
+    shown = sub[reached >= MIN_COTS]
+    counts = []
     for r, row in enumerate(rows):
         for c, col in enumerate(cols):
-            ax, s = axes[r][c], sub[sub.setting == f"{col}_{row}"]
+            ax, name = axes[r][c], at.get((col, row))
+            if name is None:
+                ax.set_visible(False)
+                continue
+            s, every = shown[shown.setting == name], sub[sub.setting == name]
+            cots = every.groupby("position")["cots"].sum()
+            twin = ax.twinx()
+            twin.fill_between(cots.index, cots.values, step="mid", color="0.85", zorder=0)
+            twin.set_ylim(0, max(1, cots.max()) * 1.05)
+            twin.grid(False)
+            twin.tick_params(labelsize="x-small", colors="0.5", labelright=c == len(cols) - 1)
+            if c == len(cols) - 1:
+                twin.set_ylabel("CoTs reaching the position", color="0.5", fontsize="small")
+            counts.append(twin)
+            ax.set_zorder(twin.get_zorder() + 1)
+            ax.patch.set_visible(False)
             trained = s[s.train_mode != "none"]
             if not trained.empty:
                 sns.lineplot(trained, x="position", y="entropy", hue="train_mode", errorbar="sd", ax=ax,
                              palette=palette, hue_order=[m for m in trainings if m != "none"], legend=False)
             base = s[s.train_mode == "none"].groupby("position")["entropy"].mean()
             ax.plot(base.index, base.values, color="black", linestyle="--", linewidth=1.3, zorder=6)
-            ax.set(title=f"{col} inference, {row}", xlabel="CoT position (token)" if r == len(rows) - 1 else "",
-                   ylabel="entropy (nats)" if c == 0 else "")
+            ax.set(title=f"{setting_label(name).lower()} inference", xlabel="CoT position (token)"
+                   if r == len(rows) - 1 else "", ylabel="entropy (nats)" if c == 0 else "")
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=palette[m], label=m) for m in trainings if m != "none"]
     handles.append(Line2D([], [], color="black", linestyle="--", label="none (base)"))
+    handles.append(Line2D([], [], color="0.85", linewidth=6, label="CoTs (right axis)"))
     axes[0][-1].legend(handles=handles, title="training (mean ± sd over seeds)", fontsize="small",
-                       loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+                       loc="upper left", bbox_to_anchor=(1.3, 1.0), borderaxespad=0)
     fig.tight_layout()
     return fig
 
 
 def passk_figure(plt, sns, sub: pd.DataFrame, palette: dict):
-    """One panel per CoT inference mode: pass@k of its sample setting against k (lines, mean ±
+    """One panel per CoT inference mode: pass@k of its sampled setting against k (lines, mean ±
     sd over seeds) and the pass@1 of its greedy setting at k = 1 (triangles), one colour per
     training mode, as in the paper's pass@k figures."""
-    modes = [m for m in ("hard", "fuzzy", "soft") if {f"{m}_sample", f"{m}_greedy"} & set(sub.setting)]
-    fig, axes = plt.subplots(1, len(modes), figsize=(3.8 * len(modes), 3.3), sharey=True, squeeze=False)
-    for ax, mode in zip(axes[0], modes):
-        sample = sub[sub.setting == f"{mode}_sample"]
-        trainings = [m for m in MODE_ORDER if m in set(sub.train_mode)]
+    cols, _, at = setting_grid(set(sub.setting))
+    fig, axes = plt.subplots(1, len(cols), figsize=(3.8 * len(cols), 3.3), sharey=True, squeeze=False)
+    trainings = [m for m in MODE_ORDER if m in set(sub.train_mode)]
+    for ax, col in zip(axes[0], cols):
+        sample = sub[sub.setting == at.get((col, "sample"))]
         if not sample.empty:
             sns.lineplot(sample, x="k", y="pass@k (%)", hue="train_mode", marker="o", ax=ax, errorbar="sd",
                          palette=palette, hue_order=[m for m in trainings if m in set(sample.train_mode)], legend=False)
-        greedy = sub[sub.setting == f"{mode}_greedy"].groupby("train_mode")["pass@k (%)"].agg(["mean", "std"])
+        greedy = sub[sub.setting == at.get((col, "greedy"))].groupby("train_mode")["pass@k (%)"].agg(["mean", "std"])
         present = [m for m in trainings if m in greedy.index]
         for i, train_mode in enumerate(present):  # side by side around k = 1, never on top of each other
             g = greedy.loc[train_mode]
@@ -175,10 +290,10 @@ def passk_figure(plt, sns, sub: pd.DataFrame, palette: dict):
         ax.set_xscale("log", base=2)
         ax.set_xticks(ks, [str(k) for k in ks])
         ax.minorticks_off()
-        ax.set(title=f"{mode} inference", xlabel="k", ylabel="pass@k (%)")
+        ax.set(title=f"{_column_title(col)} inference", xlabel="k", ylabel="pass@k (%)")
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=palette[m], marker="o", label=m) for m in MODE_ORDER if m in set(sub.train_mode)]
+    handles = [Line2D([], [], color=palette[m], marker="o", label=m) for m in trainings]
     handles.append(Line2D([], [], color="gray", marker="^", markeredgecolor="black", linestyle="none",
                           label="greedy pass@1"))
     axes[0][-1].legend(handles=handles, title="training", fontsize="small", loc="upper left",

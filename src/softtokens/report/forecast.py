@@ -32,12 +32,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.data.sources import TEST_SIZES
+from softtokens.data.sources import test_size
 from softtokens.report import ledger
 from softtokens.report.paper import CELL_KEYS
 from softtokens.run import paths
 from softtokens.run.config import cell_rl
 from softtokens.run.jobs import GPU_KINDS, GridJobs, train_processes
+from softtokens.run.names import is_sampled
 from softtokens.train.plan import PREFILL_TOKENS, grid_architecture
 
 
@@ -95,10 +96,10 @@ def load_throughput(path: str | Path | None) -> Throughput:
 # ---------------------------------------------------------------- a grid's jobs
 def _questions(grid: dict, benchmark: str) -> int:
     spec = grid["datasets"][benchmark]
-    n = spec.get("test_size") or TEST_SIZES.get(spec["loader"])
+    n = spec.get("test_size") or test_size(spec["loader"])
     if n is None:
         raise ValueError(f"datasets.{benchmark}: no test_size, and loader {spec['loader']!r} has no known size "
-                         "(data.sources.TEST_SIZES)")
+                         "(data.sources.SOURCES' test_size)")
     return int(n)
 
 
@@ -131,8 +132,7 @@ def forecast_jobs(config: dict, grid_name: str, rates: Throughput = DEFAULT) -> 
         t = rates.scaled_to(params[model])
         for b in ev["benchmarks"]:
             q = _questions(grid, b)
-            seconds = {s: q * (1 if s.endswith("_greedy") else ev["n_samples"]) * S / t.eval_decode
-                       for s in ev["settings"]}
+            seconds = {s: q * (ev["n_samples"] if is_sampled(s) else 1) * S / t.eval_decode for s in ev["settings"]}
             if ev["one_job_per_setting"]:
                 for s, wall in seconds.items():
                     add("evaluate", paths.eval_job(s, model, trained, b), wall, gpus["evaluate"])
@@ -167,14 +167,21 @@ def wall_clock_hours(jobs: pd.DataFrame, nodes: int, gpus_per_node: int) -> floa
 
 
 def eval_cells(config: dict, grid_name: str) -> pd.DataFrame:
-    """The table cells each evaluation file makes (as report.reproduction.seed_rows names them),
-    so that report.ledger's cell and table sums apply to forecast jobs as to measured ones."""
+    """The table cells each evaluation file makes, as report.reproduction.seed_rows names them (pass@1,
+    and pass@n of a sampled setting; accuracy and the NLL of an out-of-domain file), so that
+    report.ledger's cell and table sums apply to forecast jobs as to measured ones."""
     jobs = GridJobs({**config, "grid": grid_name})
+    n = jobs.eval["n_samples"]
     rows = []
     for path in jobs.eval_targets():
-        rows.append({**paths.parse_eval_path(path), "metric": "pass@1", "path": path})
+        keys = paths.parse_eval_path(path)
+        rows.append({**keys, "metric": "pass@1", "path": path})
+        if is_sampled(keys["setting"]) and n > 1:
+            rows.append({**keys, "metric": f"pass@{n}", "path": path})
     for path in jobs.loglik_targets():
-        rows.append({**paths.parse_eval_path(path), "setting": "hard_greedy", "metric": "accuracy", "path": path})
+        keys = paths.parse_eval_path(path)
+        rows.append({**keys, "setting": "hard_greedy", "metric": "accuracy", "path": path})
+        rows.append({**keys, "setting": "loglik", "metric": "nll_correct", "path": path})
     return pd.DataFrame(rows, columns=[*CELL_KEYS, "seed", "path"])
 
 

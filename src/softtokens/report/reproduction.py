@@ -27,7 +27,7 @@ import math
 
 import pandas as pd
 
-from softtokens.data.sources import TEST_SIZES
+from softtokens.data.sources import test_size
 from softtokens.report.paper import CELL_KEYS, PAPER_SEEDS, TABLES
 from softtokens.report.results import load_eval_frame, load_loglik_frame
 from softtokens.report.uncertainty import NLL_ROW_CV, Z, cell_se, proportion_var
@@ -148,7 +148,7 @@ def paper_cells(paper: pd.DataFrame, test_set: bool = True, precedence: tuple[st
 
 
 def paper_sampling_var(benchmark: str, metric: str, mean: float) -> float:
-    n = TEST_SIZES.get(benchmark)  # a paper benchmark is named as its loader
+    n = test_size(benchmark)  # a paper benchmark is named as its loader
     if n is None:
         return float("nan")
     if metric == "nll_correct":

@@ -142,6 +142,11 @@ def _fmt(x, spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _pct(x: float | None) -> str:
+    """A fraction in percent, as the tables and the reward (0-100) read."""
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
 def _duration(s: float | None) -> str:
     if s is None:
         return "-"
@@ -151,12 +156,13 @@ def _duration(s: float | None) -> str:
 
 def status_text(status: dict) -> str:
     runs, evals = status["runs"], status["evals"]
-    lines = [f"grid {status['grid']} ({status['results']})", "",
-             f"{'training run':<44} {'state':<8} {'step':>11} {'reward':>8} {'val':>6} {'best':>6} "
+    lines = [f"grid {status['grid']} ({status['results']}); reward: the last step's mean on its 0-100 scale; val %, "
+             "best %: the last and the best greedy validation accuracy", "",
+             f"{'training run':<44} {'state':<8} {'step':>11} {'reward':>8} {'val %':>6} {'best %':>6} "
              f"{'ETA':>7} {'hours':>6} {'GPU-h':>8} {'attempts':>8}"]
     for r in runs:
         lines.append(f"{r.run:<44} {r.state:<8} {f'{r.step}/{r.steps}':>11} {_fmt(r.reward, '.1f'):>8} "
-                     f"{_fmt(r.val):>6} {_fmt(r.best):>6} {_duration(r.eta_s):>7} {r.hours:>6.2f} {r.gpu_hours:>8.2f} "
+                     f"{_pct(r.val):>6} {_pct(r.best):>6} {_duration(r.eta_s):>7} {r.hours:>6.2f} {r.gpu_hours:>8.2f} "
                      f"{r.attempts:>8}")
     lines.append("")
     for kind in ("evaluate", "evaluate_loglik"):

@@ -15,12 +15,16 @@ import pandas as pd
 from softtokens.report.results import load_eval_frame, load_loglik_frame, main_cells, mean_std_text
 from softtokens.run import paths
 from softtokens.run.files import write_text
+from softtokens.run.names import TABLE_MODES, is_sampled, setting_decoding, setting_label, setting_mode, table_settings
 from softtokens.run.provenance import Provenance
 
-SETTING_ORDER = ["hard_greedy", "hard_sample", "fuzzy_greedy", "fuzzy_sample", "soft_greedy", "soft_sample"]
+# rows: the base model ('none'), then the trainings in the paper's order
+MODE_ORDER = ["none", *TABLE_MODES]
 
 
-MODE_ORDER = ["none", "hard", "fuzzy", "soft"]
+def main_settings() -> list[str]:
+    """Table 1's settings: those whose CoT is hard (run.names decides, in its order)."""
+    return [s for s in table_settings() if setting_mode(s) == "hard"]
 
 
 def ood_caption(protocols: set[str]) -> str:
@@ -73,24 +77,33 @@ def _order(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values(["model", "_mode", "train_dataset"]).drop(columns="_mode")
 
 
+def setting_columns(settings: list[str], n: int | str, label=setting_label) -> dict:
+    """(setting, metric) -> column title: pass@1 of every setting, and pass@n of a sampled one
+    (``n`` the samples per problem, or the letter "n" where it is put in later)."""
+    cols = {}
+    for s in settings:
+        cols[(s, "pass@1")] = f"{label(s)} pass@1"
+        if is_sampled(s):
+            cols[(s, "pass@n")] = f"{label(s)} pass@{n}"
+    return cols
+
+
+def _samples(df: pd.DataFrame) -> int:
+    """The n of the sampled settings' pass@n (the grid's n_samples)."""
+    sampled = df[df["n"] > 1]
+    return int(sampled["n"].max()) if not sampled.empty else 1
+
+
 def main_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Table 1's shape: per benchmark, hard greedy pass@1, hard sample pass@1 and pass@n."""
-    n = int(df.loc[df.setting == "hard_sample", "n"].max()) if (df.setting == "hard_sample").any() else 1
-    cols = {("hard_greedy", "pass@1"): "Greedy pass@1", ("hard_sample", "pass@1"): "Sample pass@1",
-            ("hard_sample", "pass@n"): f"Sample pass@{n}"}
+    """Table 1's shape: per benchmark, the hard settings' pass@1 and the sampled one's pass@n."""
+    cols = setting_columns(main_settings(), _samples(df), label=lambda s: setting_decoding(s).capitalize())
     return _wide(df, cols)
 
 
 def settings_table(df: pd.DataFrame, benchmark: str) -> pd.DataFrame:
-    """The appendix tables' shape: one benchmark, all six inference settings."""
+    """The appendix tables' shape: one benchmark, every inference setting."""
     sub = df[df.benchmark == benchmark]
-    n = int(sub["n"].max())
-    cols = {}
-    for mode in ("hard", "fuzzy", "soft"):
-        cols[(f"{mode}_greedy", "pass@1")] = f"{mode.capitalize()} Greedy pass@1"
-        cols[(f"{mode}_sample", "pass@1")] = f"{mode.capitalize()} Sample pass@1"
-        cols[(f"{mode}_sample", "pass@n")] = f"{mode.capitalize()} Sample pass@{n}"
-    return _wide(sub, cols, by_benchmark=False)
+    return _wide(sub, setting_columns(list(table_settings()), _samples(sub)), by_benchmark=False)
 
 
 def _wide(df: pd.DataFrame, cols: dict, by_benchmark: bool = True, digits: int = 1) -> pd.DataFrame:
@@ -163,22 +176,38 @@ def write_table(table: pd.DataFrame, out_dir: Path, name: str, caption: str, pro
     return written
 
 
-def write_tables(eval_paths: list[Path], out_dir: Path, settings: dict) -> None:
-    """Math results (one JSON per inference setting) and out-of-domain results (loglik.json)."""
+def write_tables(eval_paths: list[Path], out_dir: Path, settings: dict, names: list[str] | None = None) -> list[str]:
+    """Tables from math results (one JSON per inference setting) and out-of-domain results
+    (loglik.json): those ``names`` lists (main, settings_<benchmark>, ood), or every one the files
+    make. The workflow makes each table as a job of its own, from the files it needs only."""
+    eval_paths = [Path(p) for p in eval_paths]
     prov = Provenance("tables", settings, inputs={p.as_posix(): p for p in eval_paths})
+    made = []
+
+    def wanted(name: str) -> bool:
+        return names is None or name in names
+
     loglik_paths = [p for p in eval_paths if p.stem == "loglik"]
-    if loglik_paths:
+    if loglik_paths and wanted(paths.OOD_TABLE):
         ood = main_cells(load_loglik_frame(loglik_paths))
         write_table(ood_table(ood), out_dir, paths.OOD_TABLE, ood_caption(set(ood.protocol)) + below_base_note(ood), prov)
-    df = main_cells(load_eval_frame([p for p in eval_paths if p.stem != "loglik"]))
-    note = below_base_note(df)
-    caption = ("Hard inference (CoT greedy tau=0 / sampled tau=1, answers greedy): pass@1 and pass@n in %, "
-               "mean ± std over seeds (sample std)." + note)
-    write_table(main_table(df), out_dir, paths.MAIN_TABLE, caption, prov)
-    for bench in sorted(df.benchmark.unique()):
-        write_table(settings_table(df, bench), out_dir, paths.settings_table(bench),
-                    f"{bench}: all six inference settings, pass@1 and pass@n in %, mean ± std over seeds." + note,
-                    prov)
-    long = _mean_std(df, ["model", "train_dataset", "train_mode", "benchmark", "setting"], "pass@1")
-    write_text(out_dir / "pass1_long.csv", long.to_csv(index=False))
-    prov.write_sidecar(out_dir / "pass1_long.csv")
+        made.append(paths.OOD_TABLE)
+    math_paths = [p for p in eval_paths if p.stem != "loglik"]
+    if math_paths:
+        df = main_cells(load_eval_frame(math_paths))
+        note = below_base_note(df)
+        if wanted(paths.MAIN_TABLE):
+            caption = ("Hard inference (CoT greedy tau=0 / sampled tau=1, answers greedy): pass@1 and pass@n in %, "
+                       "mean ± std over seeds (sample std; one seed: no ±)." + note)
+            write_table(main_table(df[df.setting.isin(main_settings())]), out_dir, paths.MAIN_TABLE, caption, prov)
+            made.append(paths.MAIN_TABLE)
+        for bench in sorted(df.benchmark.unique()):
+            if wanted(paths.settings_table(bench)):
+                write_table(settings_table(df, bench), out_dir, paths.settings_table(bench),
+                            f"{bench}: every inference setting, pass@1 and pass@n in %, mean ± std over seeds (one "
+                            f"seed: no ±)." + note, prov)
+                made.append(paths.settings_table(bench))
+    missing = sorted(set(names or []) - set(made))
+    if missing:
+        raise ValueError(f"no evaluation files for table(s) {', '.join(missing)} among the {len(eval_paths)} given")
+    return made

@@ -8,8 +8,10 @@ filled in from ``names`` when it is loaded, so a new mode or setting is added in
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import yaml
@@ -25,6 +27,7 @@ def _schema() -> dict:
     defs = schema["$defs"]
     defs["mode"]["enum"] = list(names.MODES)
     defs["setting"]["enum"] = list(names.SETTING_NAMES)
+    defs["evaluation"]["properties"]["settings"]["default"] = list(names.SETTING_NAMES)
     defs["rl_fields"]["noise_placement"]["enum"] = list(names.PLACEMENTS)
     defs["evaluation"]["properties"]["ood_protocol"]["enum"] = list(names.OOD_PROTOCOLS)
     defs["ablation_table"]["properties"]["arms"]["items"]["pattern"] = f"^{names.ARM_RE}$"
@@ -54,6 +57,11 @@ def resolved_logging(config: dict) -> dict:
     return {**LOGGING_DEFAULTS, **config.get("logging", {})}
 
 
+# loaders whose rows the workflow generates (data.toy), and the keys that say where a real dataset is read from
+GENERATED_LOADERS = ("toy", "toy_mc")
+SOURCE_KEYS = ("path", "source", "hf_config", "revision")
+
+
 class ConfigError(ValueError):
     """config.yaml is malformed; the message names the key."""
 
@@ -62,26 +70,101 @@ def _key_path(path) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 
 
-def validate_schema(config: dict) -> None:
+# a number YAML 1.1 (PyYAML, Snakemake's loader) reads as text: an exponent without a dot, '3e-4'
+_YAML11_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+def key_lines(config_files: Iterable[str | Path]) -> dict[tuple, str]:
+    """Where each key of the config files is written: key path -> 'file:line' (a later file, which
+    overrides an earlier one, wins). Read from YAML's own nodes, so a message can point at the line."""
+    out: dict[tuple, str] = {}
+
+    def walk(node, path: tuple, name: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                k = path + (key.value,)
+                out[k] = f"{name}:{key.start_mark.line + 1}"
+                walk(value, k, name)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, value in enumerate(node.value):
+                out[path + (i,)] = f"{name}:{value.start_mark.line + 1}"
+                walk(value, path + (i,), name)
+
+    for f in config_files or ():
+        f = Path(f)
+        if f.is_file():
+            walk(yaml.compose(f.read_text()), (), str(f))
+    return out
+
+
+def _set(config: dict, path, value) -> None:
+    node = config
+    for k in list(path)[:-1]:
+        node = node[k]
+    node[list(path)[-1]] = value
+
+
+def _coerce_yaml11_numbers(config: dict, validator) -> list[str]:
+    """Numbers written the way YAML 1.1 reads as text ('3e-4') where the schema wants a number, turned
+    into numbers (what was meant); the paths changed."""
+    changed = []
+    for e in validator.iter_errors(config):
+        wants = e.schema.get("type") if e.validator == "type" else None
+        if wants in ("number", ["number"]) and isinstance(e.instance, str) and _YAML11_NUMBER.match(e.instance.strip()):
+            _set(config, e.absolute_path, float(e.instance))
+            changed.append(_key_path(e.absolute_path))
+    return changed
+
+
+def validate_schema(config: dict, config_files: Iterable[str | Path] = ()) -> None:
+    """The config against its schema. A number YAML 1.1 reads as text ('3e-4') is taken as the number
+    it spells; every other problem is reported once (a key a reusing grid inherits is not repeated
+    per grid), with its file and line when ``config_files`` are given, and a close known key."""
     import jsonschema
 
-    schema = _schema()
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    validator = jsonschema.Draft202012Validator(_schema())
+    _coerce_yaml11_numbers(config, validator)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if not errors:
         return
-    lines = []
+    lines_of = key_lines(config_files)
+
+    def where(path: tuple) -> str:
+        at = lines_of.get(tuple(path))
+        return f" ({at})" if at else ""
+
+    # problem -> every path it shows at: a block a reusing grid inherits is the same object, so one
+    # problem shows once per grid; it is reported once, where it is written
+    problems: dict[tuple, list[tuple]] = {}
+    texts: dict[tuple, Callable[[tuple], str]] = {}
     for e in errors:
-        where = _key_path(e.absolute_path)
+        path = tuple(e.absolute_path)
         if e.validator == "additionalProperties":
             known = sorted(e.schema.get("properties", {}))
             extra = sorted(set(e.instance) - set(known)) if isinstance(e.instance, dict) else []
             for key in extra:
-                full = f"{where}.{key}" if e.absolute_path else key
-                hint = f" (known keys: {', '.join(known)})" if known else ""
-                lines.append(f"unknown key '{full}'{hint}")
+                token = (id(e.instance), "unknown", key)
+                problems.setdefault(token, []).append(path + (key,))
+                close = difflib.get_close_matches(str(key), known, n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else (f" (known keys: {', '.join(known)})" if known else "")
+                texts[token] = lambda full, hint=hint: f"unknown key '{_key_path(full)}'{where(full)}{hint}"
         else:
-            lines.append(f"'{where}': {e.message}")
+            # a block by its identity; a value by its message and key (a merged `rl:` copies values)
+            token = (id(e.instance) if isinstance(e.instance, (dict, list)) else path[-2:], e.validator, e.message)
+            problems.setdefault(token, []).append(path)
+            note = (" (write numbers with a dot before the exponent: 3.0e-4, not 3e-4)"
+                    if e.validator == "type" and isinstance(e.instance, str) and "number" in str(e.schema.get("type"))
+                    else "")
+            texts[token] = lambda full, msg=e.message, note=note: f"'{_key_path(full)}'{where(full)}: {msg}{note}"
+    def own(path: tuple) -> bool:  # not a grid that inherits the block through `reuse:`
+        grids = config.get("grids") if isinstance(config.get("grids"), dict) else {}
+        return not (len(path) > 1 and path[0] == "grids" and isinstance(grids.get(path[1]), dict)
+                    and "reuse" in grids[path[1]])
+
+    lines = []
+    for token, found in problems.items():
+        best = [f for f in found if f in lines_of] or [f for f in found if own(f)] or found
+        lines.append(texts[token](best[0]))
     raise ConfigError("invalid config.yaml:\n  " + "\n  ".join(lines))
 
 
@@ -116,24 +199,36 @@ def resolve_grids(config: dict) -> dict:
     return config
 
 
-def check_config(config: dict, loader_kind: Callable[[str], tuple[str, tuple[str, ...]]]) -> None:
+def check_config(config: dict, loader_kind: Callable[[str], tuple[str, tuple[str, ...]]],
+                 config_files: Iterable[str | Path] = ()) -> None:
     """Schema, then the cross-references: the chosen grid exists, cells name known models and
-    datasets that can train, benchmarks are datasets of the right kind with a test split.
-    ``loader_kind(loader) -> (kind, splits)`` is the data layer's (softtokens.data.sources):
-    passed in, since this module sits below it."""
+    datasets that can train, benchmarks are datasets of the right kind with a test split, a
+    generated (toy) dataset names no hub or local source. ``loader_kind(loader) -> (kind, splits)``
+    is the data layer's (softtokens.data.sources): passed in, since this module sits below it.
+    ``config_files``: where the config was read from, for the line of a bad key."""
     resolve_grids(config)
-    validate_schema(config)
+    validate_schema(config, config_files)
     grid_name = config["grid"]
     if grid_name not in config["grids"]:
         raise ConfigError(f"'grid': {grid_name!r} is not one of grids: {', '.join(config['grids'])}")
     for name, grid in config["grids"].items():
         models, datasets = grid["models"], grid["datasets"]
-        kinds = {d: loader_kind(s["loader"]) for d, s in datasets.items()}
+        kinds = {}
+        for d, spec in datasets.items():
+            try:
+                kinds[d] = loader_kind(spec["loader"])
+            except KeyError as err:  # the data layer's registry of loaders is the one list
+                raise ConfigError(f"'grids.{name}.datasets.{d}.loader': {err.args[0]}") from None
         for d in datasets:
             if "-" in d:  # eval paths name a trained run '{dataset}-{mode}-seed{seed}'
                 raise ConfigError(f"'grids.{name}.datasets.{d}': a dataset name cannot contain '-'")
             if d in ("base", "none"):  # 'base' names a base-only figure, 'none' the base in tables
                 raise ConfigError(f"'grids.{name}.datasets.{d}': {d!r} is reserved, pick another dataset name")
+            if datasets[d]["loader"] in GENERATED_LOADERS:
+                unread = [k for k in SOURCE_KEYS if k in datasets[d]]
+                if unread:
+                    raise ConfigError(f"'grids.{name}.datasets.{d}.{unread[0]}': loader {datasets[d]['loader']!r} "
+                                      f"generates its rows; {', '.join(unread)} would not be read (remove it)")
         seen = set()
         for i, cell in enumerate(grid["training"]):
             where = f"'grids.{name}.training.{i}"
@@ -216,5 +311,5 @@ def resolved_rl(config: dict, grid_name: str) -> dict:
 
 def load_config(path: str | Path, loader_kind) -> dict:
     config = yaml.safe_load(Path(path).read_text())
-    check_config(config, loader_kind)
+    check_config(config, loader_kind, [path])
     return config

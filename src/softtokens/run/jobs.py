@@ -124,6 +124,10 @@ class GridJobs(GridTargets):
     def report_settings(self) -> str:
         return dumps({"grid": self.name, "n_samples": self.eval["n_samples"]})
 
+    def figure_settings(self, name: str) -> str:
+        """One figure's job: the grid and what the figure is (report.figures.write_figure)."""
+        return dumps({"grid": self.name, "figure": self.figure_specs()[name]})
+
     def reproduction_settings(self) -> str:
         # the config itself: the report's cost forecast (report.forecast) recomputes every job's
         return dumps({"grid": self.name, "toy": "toy_base" in self.grid, "gpus": self.ledger_gpus(),

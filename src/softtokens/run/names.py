@@ -5,31 +5,80 @@ engine (engine/settings.py) and the tables cannot disagree about them."""
 
 from __future__ import annotations
 
+import re
+from typing import NamedTuple
+
 MODES = ("hard", "soft", "fuzzy")
 CONTINUOUS_MODES = ("soft", "fuzzy")   # one code path: they differ only in the mixture's temperature
 DECODINGS = ("greedy", "sample")       # a CoT without and with randomness (sampling or Gaussian noise)
-# the six inference settings of Section 4: {mode}_{decoding}
-SETTING_NAMES = tuple(f"{m}_{d}" for m in MODES for d in DECODINGS)
 # the paper's tables list hard, then fuzzy, then soft
 TABLE_MODES = ("hard", "fuzzy", "soft")
-TABLE_SETTINGS = tuple(f"{m}_{d}" for m in TABLE_MODES for d in DECODINGS)
+
+
+class SettingSpec(NamedTuple):
+    """What an inference setting is (engine.settings.cot_settings turns it into a CotSetting)."""
+
+    mode: str                          # the CoT's mode
+    decoding: str                      # greedy (no randomness) | sample (n CoTs per problem)
+    temperature: float | None = None   # the CoT temperature; None: the config's {mode}_temperature
+
+
+def _section4() -> dict[str, SettingSpec]:
+    return {f"{m}_{d}": SettingSpec(m, d) for m in MODES for d in DECODINGS}
+
+
+# The inference settings: the six of Section 4. Every module asks this registry (setting_mode,
+# is_sampled, setting_label, setting_name, table_settings) what a setting is; a seventh setting is
+# one more entry here (and its tests), not a rule typed into each table.
+SETTINGS: dict[str, SettingSpec] = _section4()
+SETTING_NAMES = tuple(SETTINGS)
+
+
+def table_settings() -> tuple[str, ...]:
+    """The settings in the order the paper's tables print them: hard, then fuzzy, then soft (within
+    a mode, the registry's order)."""
+    return tuple(sorted(SETTINGS, key=lambda n: TABLE_MODES.index(SETTINGS[n].mode)))
+
+
+TABLE_SETTINGS = table_settings()   # the tables' column order
 
 
 def setting_mode(setting: str) -> str:
     """The CoT mode of an inference setting ('soft_sample' -> 'soft')."""
-    return _setting_parts(setting)[0]
+    return _spec(setting).mode
 
 
 def setting_decoding(setting: str) -> str:
     """'greedy' or 'sample': whether an inference setting's CoT is drawn with randomness."""
-    return _setting_parts(setting)[1]
+    return _spec(setting).decoding
 
 
-def _setting_parts(setting: str) -> tuple[str, str]:
-    mode, _, decoding = setting.rpartition("_")
-    if setting not in SETTING_NAMES:
-        raise ValueError(f"unknown inference setting {setting!r} (known: {', '.join(SETTING_NAMES)})")
-    return mode, decoding
+def is_sampled(setting: str) -> bool:
+    """Whether an evaluation in this setting draws n CoTs per problem (and so has a pass@n)."""
+    return _spec(setting).decoding == "sample"
+
+
+def setting_name(mode: str, decoding: str) -> str:
+    """The Section 4 setting of a CoT mode and decoding (training rollouts: 'sample', validation: 'greedy')."""
+    for name, spec in SETTINGS.items():
+        if (spec.mode, spec.decoding, spec.temperature) == (mode, decoding, None):
+            return name
+    raise ValueError(f"no inference setting decodes {mode!r} CoTs {decoding!r} (settings: {', '.join(SETTINGS)})")
+
+
+def setting_label(setting: str) -> str:
+    """How a table heads a setting's column: 'Hard Greedy', 'Soft Sample'."""
+    spec = _spec(setting)
+    extra = f" τ={spec.temperature:g}" if spec.temperature is not None else ""
+    return f"{spec.mode.capitalize()} {spec.decoding.capitalize()}{extra}"
+
+
+def _spec(setting: str) -> SettingSpec:
+    if setting not in SETTINGS:
+        raise ValueError(f"unknown inference setting {setting!r} (known: {', '.join(SETTINGS)})")
+    return SETTINGS[setting]
+
+
 # where a soft / fuzzy step's Gaussian noise goes: the paper's, then its appendix ablations
 PLACEMENTS = ("embedding", "hidden", "logits")
 OOD_PROTOCOLS = ("generative", "cloze")
@@ -42,5 +91,6 @@ PLACEMENT_KEYS = ("noise_placement", "noise_top_k")
 
 VARIANT_RE = r"[A-Za-z0-9_.+-]+"
 MODE_RE = "|".join(MODES)
-SETTING_RE = rf"(?:{MODE_RE})_(?:{'|'.join(DECODINGS)})"
+# longest names first: an alternation tries them in order
+SETTING_RE = "|".join(re.escape(n) for n in sorted(SETTINGS, key=len, reverse=True))
 ARM_RE = rf"(?:{MODE_RE})(?:@{VARIANT_RE})?"

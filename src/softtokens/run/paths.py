@@ -175,8 +175,18 @@ REPORT_FILES = ("reproduction.md", "reproduction.html", "cells.csv", "ledger.csv
                 "ledger.html", "ledger_tables.html")  # html: the ledgers as `snakemake --report` shows them
 
 
+SETTINGS_TABLE_PREFIX = "settings_"
+
+
 def settings_table(benchmark: str) -> str:
-    return f"settings_{benchmark}"
+    return f"{SETTINGS_TABLE_PREFIX}{benchmark}"
+
+
+def settings_benchmark(table: str) -> str:
+    """settings_gsm8k -> gsm8k."""
+    if not table.startswith(SETTINGS_TABLE_PREFIX):
+        raise ValueError(f"{table!r} is not a settings table ({SETTINGS_TABLE_PREFIX}<benchmark>)")
+    return table.removeprefix(SETTINGS_TABLE_PREFIX)
 
 
 def ablation_name(table: str) -> str:

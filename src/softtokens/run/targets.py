@@ -10,6 +10,7 @@ import os
 
 from softtokens.run import paths
 from softtokens.run.config import EVAL_DEFAULTS, cell_rl, resolved_rl
+from softtokens.run.names import setting_mode
 from softtokens.run.paths import Run, parse_arm
 
 
@@ -68,15 +69,53 @@ class GridTargets:
     def table_targets(self, ext: str) -> list[str]:
         return [paths.table_path(self.results, n, ext) for n in self.table_names()]
 
-    def figure_targets(self, ext: str = "png") -> list[str]:
-        """Training curves per (model, training set); pass@k and CoT entropy per (model, training
-        set, benchmark), as report.figures draws them ('base' for a model with no run)."""
+    def table_inputs(self, name: str) -> list[str]:
+        """The evaluation files one table's cells are made of, and nothing more: a table is a target of
+        its own, so `snakemake TABLE` plans only what it rests on. Table 1 (main): the hard-CoT settings
+        of every math benchmark; settings_B: every setting on benchmark B; ood: the out-of-domain files."""
+        if name == paths.OOD_TABLE:
+            return self.loglik_targets()
+        if name == paths.MAIN_TABLE:
+            settings = [s for s in self.eval["settings"] if setting_mode(s) == "hard"]
+            benchmarks = self.eval["benchmarks"]
+        elif name in self.table_names():
+            settings, benchmarks = self.eval["settings"], [paths.settings_benchmark(name)]
+        else:
+            raise KeyError(f"grid {self.name!r} has no table {name!r} (tables: {', '.join(self.table_names())})")
+        return [paths.eval_path(self.results, m, t, b, s) for m, t in self.evaluated_models()
+                for b in benchmarks for s in settings]
+
+    def figure_specs(self) -> dict[str, dict]:
+        """Every figure of the grid by name: training curves per (model, training set); pass@k and CoT
+        entropy per (model, training set, benchmark), as report.figures draws them ('base' for a model
+        with no run)."""
         pairs = sorted({(r.model, r.dataset) for r in self.training_runs()})
-        names = [paths.figure_name("training", m, d) for m, d in pairs]
+        specs = {paths.figure_name("training", m, d): {"kind": "training", "model": m, "dataset": d} for m, d in pairs}
         per_run = pairs + [(m, "base") for m in sorted(set(self.eval["models"]) - {m for m, _ in pairs})]
-        names += [paths.figure_name(kind, m, d, b) for kind in ("entropy", "passk") for m, d in per_run
-                  for b in self.eval["benchmarks"]]
-        return [paths.figure_path(self.results, n, ext) for n in names]
+        for kind in ("entropy", "passk"):
+            for m, d in per_run:
+                for b in self.eval["benchmarks"]:
+                    specs[paths.figure_name(kind, m, d, b)] = {"kind": kind, "model": m, "dataset": d, "benchmark": b}
+        return specs
+
+    def figure_targets(self, ext: str = "png") -> list[str]:
+        return [paths.figure_path(self.results, n, ext) for n in self.figure_specs()]
+
+    def figure_keys(self, kind: str) -> list[str]:
+        """The part of each figure name of one kind after '{kind}_' (the figure rules' wildcard)."""
+        return [n.removeprefix(f"{kind}_") for n, spec in self.figure_specs().items() if spec["kind"] == kind]
+
+    def figure_inputs(self, name: str) -> dict[str, list[str]]:
+        """What one figure reads: the training runs' metrics (training curves) or the evaluation files
+        of its runs and base model on its benchmark (pass@k, entropy)."""
+        spec = self.figure_specs()[name]
+        model, dataset = spec["model"], spec["dataset"]
+        runs = [r for r in self.training_runs() if (r.model, r.dataset, r.variant) == (model, dataset, "")]
+        if spec["kind"] == "training":
+            return {"metrics": [self.run_file(r, paths.METRICS) for r in runs], "evals": []}
+        base = ["base"] if model in self.eval["models"] else []
+        return {"metrics": [], "evals": [paths.eval_path(self.results, model, t, spec["benchmark"], s)
+                                         for t in base + [r.trained for r in runs] for s in self.eval["settings"]]}
 
     def report_files(self) -> dict[str, str]:
         return {n: paths.report_path(self.results, n) for n in paths.REPORT_FILES}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from softtokens.engine.settings import CotSetting, Placement, cot_settings, placement_of
 from softtokens.run.config import PAPER_RL
-from softtokens.run.names import COT_KEYS
+from softtokens.run.names import COT_KEYS, setting_name
 
 # steps whose float32 logits the update pass holds at once (train.rloo.rollout_log_probs; the memory
 # plan counts them, without importing torch)
@@ -91,7 +91,7 @@ class TrainConfig:
     @property
     def cot_setting(self) -> CotSetting:
         """The CoT decoding of training rollouts: the mode's *_sample inference setting."""
-        return cot_settings({k: getattr(self, k) for k in COT_KEYS})[f"{self.mode}_sample"]
+        return cot_settings({k: getattr(self, k) for k in COT_KEYS})[setting_name(self.mode, "sample")]
 
     @property
     def placement(self) -> Placement:
@@ -103,7 +103,7 @@ class TrainConfig:
     def validation_setting(self) -> CotSetting:
         """Greedy validation: the mode's *_greedy setting (hard CoT at tau = 0, or the run's
         soft/fuzzy CoT without noise)."""
-        return cot_settings({k: getattr(self, k) for k in COT_KEYS})[f"{self.mode}_greedy"]
+        return cot_settings({k: getattr(self, k) for k in COT_KEYS})[setting_name(self.mode, "greedy")]
 
 
 NOISED = {"embedding": "the next input h~ = softmax(logits / tau) @ E + sigma eps",

@@ -63,7 +63,8 @@ TRAIN_TAGS: dict[str, Callable[[dict], float | None]] = {
     "perf/step_time_s": lambda r: sum(r.get(f"seconds_{k}", 0.0) for k in ("rollout", "reward", "update")),
 }
 VALIDATION_TAGS: dict[str, Callable[[dict], float | None]] = {
-    "val/greedy_accuracy": _get("val_greedy_accuracy"),
+    # in percent, as the tables print accuracies and on the reward's 0-100 scale (metrics.jsonl keeps the fraction)
+    "val/greedy_accuracy": lambda r: None if r.get("val_greedy_accuracy") is None else 100.0 * r["val_greedy_accuracy"],
 }
 SAMPLES_TAG = "val/samples"
 
