@@ -4,9 +4,9 @@ mix two tokens if logits were rounded to bf16 (the evidence for float32 logits, 
 
     python benchmarks/replay_consistency.py results/toy/models/toy results/toy/data/toyarith/train.jsonl
 
-Prints one JSON object: per compute dtype and mode, the replay residual (mean over soft/fuzzy
-CoT steps of ||h~ - h0_replay||^2 / (d sigma^2); 1 = replay equals rollout) and the share of CoT
-steps whose argmax differs; per dtype, the share of fuzzy CoT steps whose top-2 logits tie
+Prints one JSON object: per compute dtype and mode, the replay's h0 gap (mean over soft/fuzzy
+CoT steps whose argmax did not flip of ||h0_rollout - h0_replay||^2 / (d sigma^2); 0 = replay equals
+rollout), the same over flipped steps, and the share of CoT steps whose argmax differs; per dtype, the share of fuzzy CoT steps whose top-2 logits tie
 once rounded to bf16 (a 50/50 mixture) and whose fp32 top-2 gap is below 10 tau (not one-hot).
 """
 
@@ -52,7 +52,10 @@ def main() -> None:
             ro = engine.generate(prompts, setting, s, [row_seed(0, i) for i in range(len(prompts))], a.cot, 8, 1.0)
             with torch.no_grad():
                 rep = rollout_log_probs(model, ro, s, 1.0, engine.vocab_rows)
-            per_mode[mode] = {"replay_residual": rep.residual_sum / max(1, rep.residual_steps) if mode != "hard" else None,
+            flipped = rep.argmax_flips
+            per_mode[mode] = {"replay_h0_gap": rep.h0_gap_sum / max(1, rep.h0_gap_steps) if mode != "hard" else None,
+                              "replay_h0_gap_flipped": rep.h0_gap_flipped_sum / flipped if mode != "hard" and flipped
+                              else None, "argmax_flips": flipped / rep.cot_steps,
                               "argmax_mismatch": rep.argmax_mismatches / rep.cot_steps, "cot_steps": rep.cot_steps}
             if mode == "fuzzy":  # the logits the rollout saw, recomputed teacher-forced in float32
                 from softtokens.model.head import decoder_hidden, output_logits

@@ -338,7 +338,7 @@ def test_fast_step_has_no_host_work(tiny_model, toy_tokenizer, toy_rows, monkeyp
 def test_bf16_fast_engine_passes_the_paper_replay_bounds(toy_tokenizer, toy_rows, name, head):
     """The paper grid decodes in bfloat16 (compute_dtype) with this engine and replays with the
     HF forward: the replay residual and argmax mismatch stay inside the bounds training enforces
-    (the schema's rl.replay_residual_max, rl.replay_argmax_mismatch_max); also with the paper's preamble
+    (the schema's rl.replay_h0_gap_max, rl.replay_argmax_mismatch_max); also with the paper's preamble
     as a real tokenizer splits it (many tokens, shared and prefilled once)."""
     from softtokens.run.config import PAPER_RL as rl
 
@@ -353,7 +353,7 @@ def test_bf16_fast_engine_passes_the_paper_replay_bounds(toy_tokenizer, toy_rows
     assert replay.cot_steps > 0
     if setting.mode != "hard":
         assert rollout.noisy_inputs.dtype == torch.float32
-        assert replay.residual_sum / replay.residual_steps <= rl["replay_residual_max"]
+        assert replay.h0_gap_sum / replay.h0_gap_steps <= rl["replay_h0_gap_max"]
     assert replay.argmax_mismatches / replay.cot_steps <= rl["replay_argmax_mismatch_max"]
 
 

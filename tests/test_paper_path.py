@@ -228,7 +228,7 @@ def test_two_processes_train_like_one(paper_runs):
     state = json.loads((paper_runs["two"] / "checkpoints" / "latest" / "trainer_state.json").read_text())
     assert state["processes"] == 2 and state["config"]["compute_dtype"] == "bfloat16"
     train = [m for m in m2 if m["kind"] == "train"]
-    assert all(m["replay_residual"] is not None and m["replay_argmax_mismatch"] <= 0.05 for m in train)
+    assert all(m["replay_h0_gap"] is not None and m["replay_argmax_mismatch"] <= 0.05 for m in train)
 
 
 def test_resume_under_fsdp_equals_an_uninterrupted_run(paper_runs):

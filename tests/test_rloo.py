@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from softtokens.train.rloo import gaussian_log_prob, rloo_advantages, rloo_loss
+from softtokens.train.rloo import gaussian_log_prob, gaussian_score_term, rloo_advantages, rloo_loss
 
 
 def test_leave_one_out_advantages_by_hand():
@@ -65,6 +65,11 @@ def test_reinforce_with_gaussian_term_is_unbiased_for_a_soft_mixture():
     assert torch.allclose(est, true_grad, atol=4 * true_grad.abs().max().item() * 0.02 + 0.02), (est, true_grad)
     rel = (est - true_grad).norm() / true_grad.norm()
     assert rel < 0.05, rel
+    # the update's form, the term at the rollout's own noise eps = (h~ - mu) / sigma: the same estimator
+    eps = (noisy - mu.detach()) / sigma
+    mu = torch.softmax(theta / tau, -1) @ emb
+    at_noise, = torch.autograd.grad(-rloo_loss(gaussian_score_term(mu.expand(n, dim), eps, sigma), adv, n), theta)
+    assert torch.allclose(at_noise, est, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["hard_sample", "fuzzy_sample"])
@@ -94,7 +99,7 @@ def test_chunked_update_pass_equals_one_chunk(monkeypatch, tiny_model, toy_token
     (a, ga), (b, gb) = results[7], results[10_000]
     torch.testing.assert_close(a.cot, b.cot, atol=1e-5, rtol=1e-6)
     torch.testing.assert_close(a.answer, b.answer, atol=1e-5, rtol=1e-6)
-    assert a.residual_sum == pytest.approx(b.residual_sum, rel=1e-5)
+    assert a.h0_gap_sum == pytest.approx(b.h0_gap_sum, rel=1e-5, abs=1e-9)
     assert a.argmax_mismatches == b.argmax_mismatches == 0
     for x, y in zip(ga, gb):
         torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
@@ -154,7 +159,7 @@ def test_near_ties_and_the_softmax_jacobian_scale_are_counted():
     emb = torch.randn(v, 3, dtype=torch.float64)
     is_cot = torch.tensor([[True, True, True, False]])
     out = _chunk_terms(h, torch.eye(v, dtype=torch.float64), emb, torch.zeros(1, 4, dtype=torch.long), is_cot, ~is_cot,
-                       torch.randn(1, 4, 3, dtype=torch.float64), None, None, None,
+                       torch.randn(1, 4, 3, dtype=torch.float64), None, None, torch.tensor([5]),
                        setting=CotSetting("fuzzy", tau, 0.33), sigma=0.1, answer_temperature=1.0, gaussian_scale=1.0,
                        placement=EMBEDDING, first_step=0)
     ties, jacobian_max = out[4], out[5]
@@ -172,7 +177,7 @@ def test_replay_counts_a_flip_as_a_mismatch_only_beyond_the_logit_tolerance(tiny
     """bf16 rollouts and replays differ a little, and at a near tie the argmax flips (9 % of CoT
     steps on an H100, docs/gpu.md): a flip is a mismatch only where the replay puts the rollout's
     token more than the tolerance below its top. A rollout whose recorded argmax is the replay's
-    second-best token at some steps and its worst at others shows both kinds; the residual sums
+    second-best token at some steps and its worst at others shows both kinds; the h0 gap sums
     over the steps that did not flip."""
     import dataclasses
 
@@ -187,7 +192,8 @@ def test_replay_counts_a_flip_as_a_mismatch_only_beyond_the_logit_tolerance(tiny
     prompts = [format_prompt(r["question"]) for r in toy_rows["test"][:3]]
     rollout = CotEngine(tiny_model, toy_tokenizer).generate(prompts, setting, 0.05, [1, 2, 3], 12, 3, 1.0)
     clean = rollout_log_probs(tiny_model, rollout, 0.05, 1.0, len(toy_tokenizer), logit_tolerance=0.0)
-    assert clean.argmax_flips == clean.argmax_mismatches == 0 and clean.residual_steps == clean.cot_steps
+    assert clean.argmax_flips == clean.argmax_mismatches == 0 and clean.h0_gap_steps == clean.cot_steps
+    assert clean.h0_gap_sum / clean.h0_gap_steps < 1e-8  # float32: the replay's mixtures are the rollout's
     logits = output_logits(tiny_model, step_hidden(tiny_model, rollout), len(toy_tokenizer))
     order = logits.argsort(-1, descending=True)  # (N, S, V)
     gap2 = logits.gather(-1, order[..., :1]) - logits.gather(-1, order[..., 1:2])
@@ -204,6 +210,6 @@ def test_replay_counts_a_flip_as_a_mismatch_only_beyond_the_logit_tolerance(tiny
     out = rollout_log_probs(tiny_model, tampered, 0.05, 1.0, len(toy_tokenizer), logit_tolerance=small)
     assert out.argmax_flips == 2 * n and out.argmax_mismatches == n  # only the worst-token steps
     assert out.flip_gap_max >= worst - 1e-5
-    assert out.residual_steps == clean.cot_steps - 2 * n
+    assert out.h0_gap_steps == clean.cot_steps - 2 * n
     strict = rollout_log_probs(tiny_model, tampered, 0.05, 1.0, len(toy_tokenizer), logit_tolerance=0.0)
     assert strict.argmax_mismatches == 2 * n

@@ -128,7 +128,7 @@ def test_tiny_dag_end_to_end(tiny_dag, tmp_path):
                 "perf/step_time_s", "reward/frac_100_correct", "reward/grading_timeouts",
                 "val/greedy_accuracy"} <= tags, tags
         assert [e.step for e in acc.Scalars("reward")] == [1, 2, 3, 4]
-        assert ("replay/residual" in tags) == (arm == "fuzzy")
+        assert ("replay/h0_gap" in tags) == (arm == "fuzzy")
 
     # one screen for the grid, from the results directory only
     status = subprocess.run([str(BIN / "softtokens"), "status", "--config", "tiny.yaml"], cwd=tiny_dag,

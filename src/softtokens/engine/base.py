@@ -44,19 +44,17 @@ class CotEngineBase:
         dev = self.model.device
         return enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
 
-    def row_randomness(self, seeds: list[int], cot_max: int, answer_max: int, dim: int, noise: bool):
-        """Each row's uniforms (CoT, answer) and CoT noise, from a generator seeded by the row's
-        seed (a function of run seed, step, prompt and sample): a row's result does not depend
-        on the rows it is batched with."""
+    def row_randomness(self, seeds: list[int], cot_max: int, answer_max: int):
+        """Each row's uniforms (CoT, answer), from a generator seeded by the row's seed (a function
+        of run seed, step, prompt and sample): a row's result does not depend on the rows it is
+        batched with. Its Gaussian noise is counter noise keyed by the same seed (noise.py)."""
         dev = self.model.device
-        u_cot, u_ans, eps = [], [], []
+        u_cot, u_ans = [], []
         for seed in seeds:
             g = torch.Generator(device=dev).manual_seed(int(seed))
             u_cot.append(torch.rand(cot_max, generator=g, device=dev))
             u_ans.append(torch.rand(answer_max, generator=g, device=dev))
-            if noise:
-                eps.append(torch.randn(cot_max, dim, generator=g, device=dev))
-        return torch.stack(u_cot), torch.stack(u_ans), (torch.stack(eps) if noise else None)
+        return torch.stack(u_cot), torch.stack(u_ans)
 
     def generate(self, prompts: list[str], setting: CotSetting, sigma: float, seeds: list[int],
                  cot_max_tokens: int, answer_max_tokens: int, answer_temperature: float = 0.0,

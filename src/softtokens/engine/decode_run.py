@@ -59,7 +59,6 @@ class DecodeRun:
         self.logits = torch.zeros(slots, vocab, dtype=self.head.dtype, device=dev)
         self.u_cot = torch.zeros(slots, cot_max, device=dev)
         self.u_ans = torch.zeros(slots, answer_max, device=dev)
-        self.eps = torch.zeros(slots, cot_max, dim, device=dev) if self.inputs.noisy_embedding else None
         self.row_keys = torch.zeros(slots, dtype=torch.long, device=dev)  # each row's seed: its counter-noise key
         # the final hidden state that produced the current logits (hidden placement)
         self.hidden = (torch.zeros(slots, dim, dtype=self.head.dtype, device=dev)
@@ -124,12 +123,9 @@ class DecodeRun:
         self.logits[idx] = self.head.logits(hidden)
         if self.hidden is not None:
             self.hidden[idx] = hidden.to(self.hidden.dtype)
-        u_cot, u_ans, eps = self.engine.row_randomness(seeds, self.cot_max, self.answer_max, self.dim,
-                                                       self.inputs.noisy_embedding)
+        u_cot, u_ans = self.engine.row_randomness(seeds, self.cot_max, self.answer_max)
         self.u_cot[idx], self.u_ans[idx] = u_cot, u_ans
         self.row_keys[idx] = torch.tensor([int(s) for s in seeds], dtype=torch.long, device=dev)
-        if self.eps is not None:
-            self.eps[idx] = eps
         self.state.start(idx)
         self.record.clear(idx)
         for s, r in zip(slots, real.tolist()):
@@ -183,8 +179,7 @@ class DecodeRun:
         cot_idx, argmax = state.cot_index(), self.logits.argmax(-1)
         tok, mix, topk_ids = self.inputs.choose(
             self.logits, argmax, is_cot, is_ans, state.queued_token(is_pre), self.u_cot[rows, cot_idx],
-            self.u_ans[rows, state.answer_index()], None if self.eps is None else self.eps[rows, cot_idx],
-            self.row_keys, cot_idx, self.hidden)
+            self.u_ans[rows, state.answer_index()], self.row_keys, cot_idx, self.hidden)
         self.record.write(rows, live, state.step_count, is_cot, state.phase, tok, argmax,
                           entropy_from_logits(self.logits), mix, topk_ids)
         state.advance(tok)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from softtokens.engine.base import CotEngineBase
+from softtokens.engine.noise import counter_normal
 from softtokens.engine.rollout import ANSWER, COT, DONE, PREFILL, Rollout, decode_texts
 from softtokens.engine.sampling import (
     entropy_from_logits,
@@ -50,7 +51,8 @@ class ReferenceCotEngine(CotEngineBase):
         noisy_cot = continuous and sigma > 0
         prompt_ids, prompt_mask = self.encode_prompts(prompts)
         max_steps = cot_max_tokens + self.max_prefill + answer_max_tokens
-        u_cot, u_ans, eps = self.row_randomness(seeds, cot_max_tokens, answer_max_tokens, dim, noisy_cot)
+        u_cot, u_ans = self.row_randomness(seeds, cot_max_tokens, answer_max_tokens)
+        keys = torch.tensor([int(s) for s in seeds], dtype=torch.long, device=dev)  # each row's noise key
 
         p_len = prompt_ids.shape[1]
         mask = torch.ones(n, p_len + max_steps, dtype=prompt_mask.dtype, device=dev)
@@ -90,8 +92,8 @@ class ReferenceCotEngine(CotEngineBase):
             argmax = logits.argmax(-1)
             if any_cot and continuous:
                 mix = probs_at_temperature(logits, setting.temperature).to(wide) @ E32  # (N, d), float32
-                if noisy_cot:
-                    mix = mix + sigma * eps[rows, cot_idx]
+                if noisy_cot:  # counter noise of (row seed, CoT step), as the fast engine draws it
+                    mix = mix + sigma * counter_normal(keys, cot_idx, dim).to(wide)
                 tok = torch.where(is_cot, argmax, tok)
             elif any_cot:
                 tok = torch.where(is_cot, sample_tokens(logits, setting.temperature, u_cot[rows, cot_idx]), tok)
@@ -144,4 +146,4 @@ class ReferenceCotEngine(CotEngineBase):
         return Rollout(setting=setting, sigma=sigma, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
                        step_ids=step_ids, step_phase=step_phase, noisy_inputs=noisy_inputs,
                        cot_entropy=cot_entropy, cot_len=torch.tensor(cot_pos), stopped=torch.tensor(stopped),
-                       completions=completions, cot_texts=cot_texts, argmax_ids=argmax_ids)
+                       completions=completions, cot_texts=cot_texts, argmax_ids=argmax_ids, row_keys=keys)

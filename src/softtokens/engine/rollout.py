@@ -33,7 +33,7 @@ class Rollout:
     cot_texts: list[str]
     argmax_ids: torch.Tensor | None = None  # (N, S) argmax of the logits that produced each step
     placement: Placement = EMBEDDING
-    row_keys: torch.Tensor | None = None    # (N,) each row's seed: the key of its counter noise (hidden, logits)
+    row_keys: torch.Tensor | None = None    # (N,) each row's seed: the key of its counter noise (every placement)
     topk_ids: torch.Tensor | None = None    # (N, S, k) the top-k logits noised at each step (top-k placement)
 
     def rows(self, idx: slice | torch.Tensor) -> "Rollout":

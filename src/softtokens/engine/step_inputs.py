@@ -20,9 +20,10 @@ from softtokens.engine.settings import (
 class StepInputs:
     """Chooses the fed token (and, for continuous CoT steps, the fed mixture) of every row.
 
-    Randomness is the row's own: uniforms and embedding noise drawn at admission from its seed,
-    hidden- and logits-placed noise as counter noise keyed by that seed (noise.py), which the
-    update pass draws again instead of storing it."""
+    Randomness is the row's own: uniforms drawn at admission from its seed, and every placement's
+    Gaussian noise (the embedding's included) as counter noise keyed by that seed and the CoT step
+    (noise.py), which the update pass draws again instead of storing it: the Gaussian term of an
+    update is the score of the rollout's own noise (train.rloo)."""
 
     def __init__(self, setting: CotSetting, sigma: float, answer_temperature: float, placement: Placement,
                  head, dim: int):
@@ -31,15 +32,14 @@ class StepInputs:
         self.continuous = setting.mode in CONTINUOUS_MODES
         self.placement = placement if self.continuous else EMBEDDING
         self.noisy = self.continuous and sigma > 0
-        # embedding noise is drawn per row at admission; the other placements' is counter noise
-        self.noisy_embedding = self.noisy and self.placement.where == "embedding"
         self.needs_hidden = self.noisy and self.placement.where == "hidden"
 
     def choose(self, logits: torch.Tensor, argmax: torch.Tensor, is_cot: torch.Tensor, is_ans: torch.Tensor, queued: torch.Tensor,
-               u_cot: torch.Tensor, u_ans: torch.Tensor, eps: torch.Tensor | None, keys: torch.Tensor,
-               cot_idx: torch.Tensor, hidden: torch.Tensor | None):
+               u_cot: torch.Tensor, u_ans: torch.Tensor, keys: torch.Tensor, cot_idx: torch.Tensor,
+               hidden: torch.Tensor | None):
         """(token, mixture or None, top-k ids or None) per row. ``argmax``: the logits' mode;
-        ``queued``: each row's prefill token; ``u_cot`` / ``u_ans`` its uniform for this step; ``eps`` its embedding noise."""
+        ``queued``: each row's prefill token; ``u_cot`` / ``u_ans`` its uniform for this step; ``keys``
+        and ``cot_idx`` its seed and CoT step, which key its noise."""
         setting, t_ans = self.setting, self.answer_temperature
         tok = queued
         if not self.continuous and setting.temperature == t_ans:
@@ -52,8 +52,8 @@ class StepInputs:
             return torch.where(is_cot, cot_tok, tok), None, None
         if self.placement.where == "embedding":
             mix = self.head.mixture(probs_at_temperature(logits, setting.temperature))
-            if self.noisy:
-                mix = mix + self.sigma * eps
+            if self.noisy:  # h~ = p @ E + sigma eps, eps = counter_normal(seed, CoT step)
+                mix = mix + self.sigma * counter_normal(keys, cot_idx, self.dim).to(mix.dtype)
             return torch.where(is_cot, argmax, tok), mix, None
         noised, topk_ids = self.noised_logits(logits, keys, cot_idx, hidden)
         mix = self.head.mixture(probs_at_temperature(noised, setting.temperature))

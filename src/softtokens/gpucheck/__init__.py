@@ -14,7 +14,7 @@ the paper grid's evaluation):
   peak memory beside ``softtokens plan``;
 - training: RLOO steps of the cell (float32 master, bf16 compute, FSDP2, activation
   checkpointing), step time split rollout / reward / update, peak memory beside the plan (held,
-  rollout phase, update phase), the share of master entries moved, replay residual and argmax
+  rollout phase, update phase), the share of master entries moved, replay h0 gap and argmax
   mismatch against the paper-grid bounds, a checkpoint reloaded by plain ``from_pretrained``,
   the sharded optimizer state saved and loaded (torch.distributed.checkpoint).
 

@@ -144,7 +144,7 @@ def _noise_is_fresh(report: Report, engine: CotEngine, prompts, seeds, sigma: fl
     n = torch.stack(noise, dim=1)  # (N, T, d)
     agree = torch.stack(agree, dim=1)  # (N, T)
     d = n.shape[-1]
-    energy = float(n.pow(2).mean(-1)[agree].mean())  # where the replay's argmax is the rollout's, as the residual
+    energy = float(n.pow(2).mean(-1)[agree].mean())  # where the replay's argmax is the rollout's, as the h0 gap
     unit = torch.nn.functional.normalize(n, dim=-1)
     along = float((unit[:, 1:] * unit[:, :-1]).sum(-1).abs().mean()) if steps > 1 else 0.0
     across = float((unit[1:] * unit[:-1]).sum(-1).abs().mean())

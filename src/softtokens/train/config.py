@@ -61,7 +61,7 @@ class TrainConfig:
     param_dtype: str                   # master weights, their gradients and AdamW state
     compute_dtype: str                 # forward / backward of the update pass and the rollout weights
     activation_checkpointing: bool     # recompute each decoder layer in the backward (memory)
-    replay_residual_max: float         # stop above (docs/engine.md, "Replay consistency")
+    replay_h0_gap_max: float           # stop above (docs/engine.md, "Replay consistency")
     replay_argmax_mismatch_max: float
     replay_logit_tolerance: float      # nats; a flip within it is bf16 noise, not a mismatch
     gaussian_normalization: str        # "sum": the paper's log-density; "mean_dim": divided by d

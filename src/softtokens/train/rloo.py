@@ -2,18 +2,25 @@
 
 The per-sequence log-probability of a rollout is a sum over its sampled steps:
 - a hard CoT token or an answer token: log softmax(logits / tau)[token]
-- a soft / fuzzy CoT input h~_t: log N(h~_t; h0_t, sigma^2 I) = -||h~_t - h0_t||^2 / (2 sigma^2) + cst,
-  with h0_t = softmax(logits_{t-1} / tau) @ E recomputed with gradients (eq. in Section 3).
+- a soft / fuzzy CoT input h~_t = h0_t + sigma eps_t: log N(h~_t; h0_t, sigma^2 I) =
+  -||h~_t - h0_t||^2 / (2 sigma^2) + cst, with h0_t = softmax(logits_{t-1} / tau) @ E (Section 3).
 Prefill tokens are forced, not sampled, so they carry no term.
 
-The other noise placements (engine.settings.Placement; docs/ablations.md, "Noise placements") put the Gaussian
-on another quantity m_t, whose density term replaces the embedding's: the final hidden state
-(m = h_t, d dims), the logits (m = W h_t, V dims) or the top-k logits (m = the rollout's k ids
-gathered from W h_t, k dims). Their noise is counter noise, drawn again here rather than stored,
-and the noised value is sg(m_t) + sigma eps_t: the replay's own mean stands for the rollout's
-(they agree to the replay check's argmax test). The term's value is then -||eps||^2 / 2 and its
-gradient eps . dm/dtheta / sigma, the score of the rollout's noise. What the noised value fed next
-(the mixture p @ E) is a recorded constant, as every input is.
+Every noise placement (engine.settings.Placement; docs/ablations.md, "Noise placements") puts the
+Gaussian on a quantity m_t: the mixture h0 (the paper's, on the input embedding), the final hidden
+state (m = h_t, d dims), the logits (m = W h_t, V dims) or the top-k logits (the rollout's k ids
+gathered from W h_t, k dims). The noise eps_t is counter noise of (row seed, CoT step), drawn again
+here rather than stored, and the term is taken at the rollout's own noise: the noised value is
+sg(m_replay) + sigma eps_t, so the term's value is -||eps||^2 / 2 and its gradient
+eps . dm_replay/dtheta / sigma, the score of the rollout's noise (gaussian_score_term). Why not
+-||h~ - h0_replay||^2 / (2 sigma^2) with the recorded h~: where the replay rounds differently from
+the rollout (bf16; the KV-cache decode and the teacher-forced forward take different paths),
+h~ - h0_replay = sigma eps + (h0_rollout - h0_replay), and at a fuzzy step whose argmax flips the
+second part is a whole embedding difference E_a - E_b, multiplied through the softmax's Jacobian
+(~ p1 p2 / tau, up to 2,500 at tau = 1e-4) into a large, biased term the paper's estimator does not
+have. In float32 the two are the same to rounding (docs/findings.md, "The flip term"). What the
+noised value fed next is a recorded constant, as every input is; the distance between the
+rollout's h0 (the recorded h~ less sigma eps) and the replay's is the replay check (h0_gap).
 """
 
 from __future__ import annotations
@@ -67,18 +74,19 @@ def rloo_loss(seq_log_probs: torch.Tensor, advantages: torch.Tensor, total_rows:
 
 class Replay(NamedTuple):
     """The update pass's log-probabilities of a rollout batch and how well the replay matched the
-    rollout (docs/engine.md, "Replay consistency"). The last three are sums over the batch's CoT steps."""
+    rollout (docs/engine.md, "Replay consistency"). The rest are sums over the batch's CoT steps."""
 
     cot: torch.Tensor           # (N,) CoT log-prob, with gradients
     answer: torch.Tensor        # (N,) answer log-prob, with gradients
-    residual_sum: float         # sum over residual_steps of ||h~ - h0_replay||^2 / (d sigma^2)
+    h0_gap_sum: float           # sum over h0_gap_steps of ||h0_rollout - h0_replay||^2 / (d sigma^2)
     argmax_mismatches: int      # CoT steps whose rollout argmax token the replay puts > logit_tolerance below its top
     cot_steps: int              # CoT steps in the batch
     near_ties: int = 0          # embedding-noise CoT steps whose mixture's 2nd weight is >= TIE_RATIO x its 1st
     jacobian_max: float = 0.0   # the largest p_(1) p_(2) / tau over them: the softmax Jacobian's top-two scale
     argmax_flips: int = 0       # CoT steps whose replayed argmax differs from the rollout's at all (near ties too)
     flip_gap_max: float = 0.0   # the largest (replay's top logit - its logit of the rollout's argmax) over flips
-    residual_steps: int = 0     # CoT steps the residual sums over: those whose replayed argmax is the rollout's
+    h0_gap_steps: int = 0       # embedding-noise CoT steps whose replayed argmax is the rollout's
+    h0_gap_flipped_sum: float = 0.0  # the same distance summed over the CoT steps whose argmax flipped
 
 
 def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
@@ -108,6 +116,9 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     is_cot = rollout.step_phase == COT
     is_answer = rollout.step_phase == ANSWER
     continuous = setting.mode in CONTINUOUS_MODES
+    if continuous and rollout.row_keys is None:
+        raise ValueError("a soft / fuzzy rollout without row_keys: its noise (keyed by each row's seed) cannot be "
+                         "drawn again, so its Gaussian term cannot be taken at the rollout's noise")
     h = step_hidden(model, rollout)  # h[:, s] produced step s
     W32, E32 = float32_weights(model, vocab_rows, with_input=continuous)  # one copy when E is tied to W
     # The (N, S, V) float32 logits never exist at once: each chunk of steps computes its terms and,
@@ -131,16 +142,18 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     cot_lp = sum(p[0] for p in parts)
     answer_lp = sum(p[1] for p in parts)
     embedding_noise = continuous and rollout.placement.where == "embedding"
-    residual_sum = float(sum(p[2] for p in parts)) * (-2.0 / h.shape[-1]) if embedding_noise else 0.0
+    per_dim = 1.0 / (h.shape[-1] * sigma * sigma) if embedding_noise else 0.0  # ||.||^2 / (d sigma^2)
+    h0_gap_sum = float(sum(p[2] for p in parts)) * per_dim
     checked = rollout.argmax_ids is not None
     mismatches = int(sum(p[3] for p in parts)) if checked else 0
     ties = int(sum(p[4] for p in parts)) if embedding_noise else 0
     jacobian_max = float(max(p[5] for p in parts)) if embedding_noise else 0.0
     flips = int(sum(p[6] for p in parts)) if checked else 0
     gap_max = float(max(p[7] for p in parts)) if checked else 0.0
-    residual_steps = int(sum(p[8] for p in parts)) if embedding_noise else 0
-    return Replay(cot_lp, answer_lp, residual_sum, mismatches, int(is_cot.sum().item()), ties, jacobian_max, flips,
-                  gap_max, residual_steps)
+    h0_gap_steps = int(sum(p[8] for p in parts)) if embedding_noise else 0
+    h0_gap_flipped = float(sum(p[9] for p in parts)) * per_dim
+    return Replay(cot_lp, answer_lp, h0_gap_sum, mismatches, int(is_cot.sum().item()), ties, jacobian_max, flips,
+                  gap_max, h0_gap_steps, h0_gap_flipped)
 
 
 def step_hidden(model, rollout) -> torch.Tensor:
@@ -165,32 +178,55 @@ def step_hidden(model, rollout) -> torch.Tensor:
     return hidden[:, -(steps + 1):-1]
 
 
-def placement_gaussian(h, logits, placement, sigma: float, row_keys, topk_ids, first_step: int) -> torch.Tensor:
-    """(N, C) Gaussian log-density of the CoT steps first_step.. of a chunk under a hidden or logits
-    placement (module docstring): the noised value sg(m) + sigma eps around the replay's m, eps the
-    rollout's counter noise of (row seed, CoT step). Steps that are not CoT steps are masked by the caller."""
+def gaussian_score_term(mean: torch.Tensor, eps: torch.Tensor, sigma: float) -> torch.Tensor:
+    """The Gaussian term at the rollout's own noise (module docstring): log N(sg(m) + sigma eps; m, sigma^2 I)
+    without its constant. Its value is -||eps||^2 / 2 whatever m is, and its gradient eps . dm/dtheta /
+    sigma: the REINFORCE score of an input drawn as m + sigma eps (Section 3)."""
+    return gaussian_log_prob(mean.detach() + sigma * eps, mean, sigma)
+
+
+def embedding_gaussian_term(noisy: torch.Tensor, h0: torch.Tensor, eps: torch.Tensor, sigma: float) -> torch.Tensor:
+    """(N, C) the Gaussian term of embedding-noise CoT steps: the score of the rollout's own noise eps
+    around the replay's h0 (gaussian_score_term). The recorded input ``noisy`` is h0_rollout + sigma eps;
+    it is not in the term (only in the replay check), which is what keeps a bf16 flip out of the
+    gradient. analysis/flip_term.py puts the recorded-input form here to measure what it cost."""
+    return gaussian_score_term(h0, eps, sigma)
+
+
+def rollout_noise(row_keys: torch.Tensor, first_step: int, steps: int, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """(N, C, dim) the rollout's Gaussian draws at CoT steps first_step.. (a row's CoT steps are its first
+    steps, so a step's column is its CoT index): the counter noise the engine drew (engine.noise)."""
     from softtokens.engine.noise import counter_normal
 
-    n, c = h.shape[:2]
+    n = row_keys.shape[0]
+    cols = torch.arange(first_step, first_step + steps, device=row_keys.device).expand(n, steps)
+    return counter_normal(row_keys.unsqueeze(1).expand(n, steps), cols, dim).to(dtype)
+
+
+def placement_gaussian(h, logits, placement, sigma: float, row_keys, topk_ids, first_step: int) -> torch.Tensor:
+    """(N, C) Gaussian term of the CoT steps first_step.. of a chunk under a hidden or logits placement
+    (module docstring): at the rollout's noise, around the replay's m. Steps that are not CoT steps are
+    masked by the caller."""
     if placement.where == "hidden":
         mean = _float(h)
     elif placement.top_k:
         mean = logits.gather(-1, topk_ids)
     else:
         mean = logits
-    steps = torch.arange(first_step, first_step + c, device=h.device).expand(n, c)
-    eps = counter_normal(row_keys.unsqueeze(1).expand(n, c), steps, mean.shape[-1]).to(mean.dtype)
-    return gaussian_log_prob(mean.detach() + sigma * eps, mean, sigma)
+    eps = rollout_noise(row_keys, first_step, h.shape[1], mean.shape[-1], mean.dtype)
+    return gaussian_score_term(mean, eps, sigma)
 
 
 def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, topk_ids, row_keys, *, setting, sigma,
                  answer_temperature, gaussian_scale, placement, first_step, logit_tolerance=0.0):
-    """(CoT log-prob, answer log-prob, sum of Gaussian terms over the residual's steps, argmax
-    mismatches, near ties, largest softmax-Jacobian scale, argmax flips, largest flip gap, the
-    residual's steps) of a chunk of steps; near ties and the Jacobian scale only under embedding
-    noise. The residual's steps are the CoT steps whose replayed argmax is the rollout's: at a flip
-    h0 moves to another token's embedding (a fuzzy flip adds ~2 / gamma^2 = 18 to a step's term),
-    which is bf16 noise meeting a near tie, counted by the flips, not a sign of a broken replay."""
+    """(CoT log-prob, answer log-prob, sum of ||h0_rollout - h0_replay||^2 over the CoT steps whose
+    replayed argmax is the rollout's, argmax mismatches, near ties, largest softmax-Jacobian scale,
+    argmax flips, largest flip gap, those steps' count, the same distance summed over flipped steps)
+    of a chunk of steps; the distances, near ties and Jacobian scale only under embedding noise. The
+    rollout's h0 is the recorded h~ less sigma eps: apart from where a bf16 replay rounds otherwise,
+    it is the replay's; at a flip h0 moves to another token's embedding (a fuzzy flip: ~2 / gamma^2 =
+    18 per dimension and sigma^2), which is bf16 meeting a near tie, counted by the flips, not a sign
+    of a broken replay."""
     from softtokens.engine.settings import CONTINUOUS_MODES
     from softtokens.model.head import output_logits
 
@@ -208,17 +244,20 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, to
     agree = is_cot & ~flipped
     answer_terms = token_log_prob(logits, step_ids, answer_temperature)
     answer_lp = torch.where(is_answer, answer_terms, 0.0).sum(-1)
-    gauss_sum = logits.new_zeros(())
+    gap_sum = gap_flipped = logits.new_zeros(())
     ties = jacobian_max = logits.new_zeros(())
     if setting.mode in CONTINUOUS_MODES and placement.where != "embedding":
         gauss = placement_gaussian(h, logits, placement, sigma, row_keys, topk_ids, first_step)
         cot_terms = gaussian_scale * gauss
     elif setting.mode in CONTINUOUS_MODES:
         probs = torch.softmax(_float(logits) / setting.temperature, dim=-1)
-        gauss = gaussian_log_prob(noisy, probs @ E32, sigma)  # around h0 = softmax(logits / tau) @ E
-        cot_terms = gaussian_scale * gauss
-        # -2 sigma^2 log N / (d sigma^2) = ||h~ - h0||^2 / (d sigma^2): ~1 when the replay's h0 is the rollout's
-        gauss_sum = torch.where(agree, gauss.detach(), 0.0).sum()
+        h0 = probs @ E32  # the replay's h0 = softmax(logits / tau) @ E
+        eps = rollout_noise(row_keys, first_step, h.shape[1], h0.shape[-1], h0.dtype)
+        cot_terms = gaussian_scale * embedding_gaussian_term(noisy, h0, eps, sigma)
+        # the replay check: the rollout's h0 (what it fed, less its noise) against the replay's
+        gap = (_float(noisy) - sigma * eps - h0.detach()).pow(2).sum(-1)
+        gap_sum = torch.where(agree, gap, 0.0).sum()
+        gap_flipped = torch.where(flipped, gap, 0.0).sum()
         # d h0 / d logits = (diag p - p p^T) E / tau: near a tie of the top two weights it is ~ p1 p2 / tau
         # (2500 at tau = 1e-4), elsewhere ~ 0 at a fuzzy temperature; a diagnostic, without gradients
         top2 = probs.detach().topk(2, dim=-1).values
@@ -229,4 +268,4 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, to
     else:
         cot_terms = token_log_prob(logits, step_ids, setting.temperature)
     cot_lp = torch.where(is_cot, cot_terms, 0.0).sum(-1)
-    return cot_lp, answer_lp, gauss_sum, mismatches, ties, jacobian_max, flips, gap_max, agree.sum()
+    return cot_lp, answer_lp, gap_sum, mismatches, ties, jacobian_max, flips, gap_max, agree.sum(), gap_flipped

@@ -52,7 +52,8 @@ TRAIN_TAGS: dict[str, Callable[[dict], float | None]] = {
     "grad_norm": _get("grad_norm"),
     "learning_rate": _get("lr"),
     # soft / fuzzy: how faithfully the update's replay reproduced the rollout (train.update.check_replay)
-    "replay/residual": _get("replay_residual"),
+    "replay/h0_gap": _get("replay_h0_gap"),
+    "replay/h0_gap_flipped": _get("replay_h0_gap_flipped"),
     "replay/argmax_mismatch": _get("replay_argmax_mismatch"),
     "replay/argmax_flips": _get("replay_argmax_flips"),
     "noise/sigma": _get("noise_sigma"),

@@ -31,8 +31,9 @@ class UpdateSums:
     loss: float = 0.0
     cot_lp: float = 0.0
     answer_lp: float = 0.0
-    residual: float = 0.0
-    residual_steps: float = 0.0
+    h0_gap: float = 0.0
+    h0_gap_steps: float = 0.0
+    h0_gap_flipped: float = 0.0
     mismatches: float = 0.0
     cot_steps: float = 0.0
     near_ties: float = 0.0
@@ -44,8 +45,9 @@ class UpdateSums:
         self.loss += loss.item()
         self.cot_lp += replay.cot.detach().sum().item()
         self.answer_lp += replay.answer.detach().sum().item()
-        self.residual += replay.residual_sum
-        self.residual_steps += replay.residual_steps
+        self.h0_gap += replay.h0_gap_sum
+        self.h0_gap_steps += replay.h0_gap_steps
+        self.h0_gap_flipped += replay.h0_gap_flipped_sum
         self.mismatches += replay.argmax_mismatches
         self.cot_steps += replay.cot_steps
         self.near_ties += replay.near_ties
@@ -78,16 +80,20 @@ def accumulate_gradients(policy, rollout, adv: torch.Tensor, rows: int, cfg, sig
 
 
 def check_replay(cfg, step: int, sums: UpdateSums) -> dict:
-    """Replay residual (soft / fuzzy: mean of ||h~ - h0_replay||^2 / (d sigma^2) over the CoT steps
-    whose replayed argmax is the rollout's, ~1 when the teacher-forced replay reproduces the cached
-    rollout) and the share of CoT steps whose rollout argmax the replay puts more than
-    replay_logit_tolerance below its top; a step past the bounds is not applied."""
-    continuous = cfg.cot_setting.mode != "hard"
-    residual = sums.residual / sums.residual_steps if continuous and sums.residual_steps else None
+    """How far the teacher-forced replay is from the cached rollout it scores: the distance between
+    the rollout's h0 (its recorded input less its noise) and the replay's, ||h0_rollout - h0_replay||^2
+    / (d sigma^2), averaged over the embedding-noise CoT steps whose replayed argmax is the rollout's
+    (0 when the replay reproduces the rollout; bf16 rounding leaves a little) and, apart, over the
+    steps whose argmax flipped (a near tie bf16 rounded the other way: ~2 / gamma^2 each); the share
+    of CoT steps whose argmax flipped, and of those whose rollout token the replay puts more than
+    replay_logit_tolerance below its top (a mismatch). A step past the bounds is not applied."""
+    gap = sums.h0_gap / sums.h0_gap_steps if sums.h0_gap_steps else None
+    flips = sums.flips / sums.cot_steps if sums.cot_steps else 0.0
     mismatch = sums.mismatches / sums.cot_steps if sums.cot_steps else 0.0
     problems = []
-    if residual is not None and residual > cfg.replay_residual_max:
-        problems.append(f"replay residual {residual:.4f} > replay_residual_max {cfg.replay_residual_max}")
+    if gap is not None and gap > cfg.replay_h0_gap_max:
+        problems.append(f"replay h0 gap {gap:.4f} > replay_h0_gap_max {cfg.replay_h0_gap_max} (the mean over CoT steps "
+                        f"that did not flip of ||h0_rollout - h0_replay||^2 / (d sigma^2))")
     if mismatch > cfg.replay_argmax_mismatch_max:
         problems.append(f"argmax mismatch (the rollout's token > {cfg.replay_logit_tolerance} nats below the "
                         f"replay's top) {mismatch:.2%} of CoT steps > replay_argmax_mismatch_max "
@@ -97,6 +103,7 @@ def check_replay(cfg, step: int, sums: UpdateSums) -> dict:
             f"step {step + 1}: the update pass does not reproduce the rollout it scores ({'; '.join(problems)}; "
             f"compute_dtype {cfg.compute_dtype}, {int(sums.cot_steps)} CoT steps). The gradient would not be the "
             "policy gradient of the rollouts: the step was not applied. See docs/engine.md, 'Replay consistency'.")
-    return {"replay_residual": residual, "replay_argmax_mismatch": mismatch,
-            "replay_argmax_flips": sums.flips / sums.cot_steps if sums.cot_steps else 0.0,  # near ties included
+    flipped_steps = sums.cot_steps * flips if gap is not None else 0
+    return {"replay_h0_gap": gap, "replay_h0_gap_flipped": sums.h0_gap_flipped / flipped_steps if flipped_steps else None,
+            "replay_argmax_mismatch": mismatch, "replay_argmax_flips": flips,  # near ties included
             "replay_flip_gap_max": sums.flip_gap_max}
