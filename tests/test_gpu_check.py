@@ -66,6 +66,21 @@ def test_smoke_measures_what_the_issue_asks(smoke):
         assert "planned_GB" in result["memory"]
     assert modes["soft"]["master_moved"]["share"] >= 0.99
     assert any(s["reward_std"] > 0 for s in modes["soft"]["steps"])  # the stand-in grader gives a gradient
+    # what the cost forecast reads: decode steps at the rows one GPU decodes, the update per micro-batch
+    curve = engine["decode_curve"]
+    assert [p["rows"] for p in curve] == [2, 4]
+    assert all(set(p["ms_per_step"]) == {"hard_sample", "soft_sample"} and min(p["ms_per_step"].values()) > 0
+               for p in curve)
+    for result in modes.values():
+        step = result["steps"][-1]
+        assert step["micro_batches"] == 2 and step["update_tokens"] > 0
+        assert step["seconds_update_per_micro_batch"] == pytest.approx(step["seconds_update"] / 2, abs=2e-3)
+    # and the forecast reads the report it wrote (a line through the smoke's two row counts)
+    from softtokens.report.forecast import throughput_from_gpu_check
+
+    rates = throughput_from_gpu_check(report)
+    assert set(rates.decode) == {"hard", "soft", "fuzzy"} and set(rates.update) == {"soft", "hard"}
+    assert rates.decode["fuzzy"] == rates.decode["soft"]  # one code path: fuzzy takes soft's measured line
 
 
 def test_gpu_check_needs_no_math_verify():
@@ -155,3 +170,57 @@ def test_one_process_per_gpu(monkeypatch):
     monkeypatch.setenv("RANK", "1")
     with pytest.raises(RuntimeError, match="1 GPU\\(s\\) visible: launch one process per GPU"):
         DataParallel()
+
+
+@pytest.mark.parametrize("name", ["fuzzy_sample", "soft_sample", "hard_sample"])
+def test_update_pass_with_bf16_gemms_equals_float32_copies(monkeypatch, toy_tokenizer, toy_rows, name):
+    """The update pass's head and mixture as bf16 GEMMs with float32 results, forward and backward
+    (model.head.WideMatmul; CUDA's kernel emulated on the CPU) against the float32 copies of W and E:
+    the same log-probabilities and gradients to bf16's rounding of the float32 operands' remainders."""
+    from softtokens.data.prompt import format_prompt
+    from softtokens.model.head import ReplayHead
+    from softtokens.train.rloo import rollout_log_probs
+
+    model = make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=4)
+    prompts = [format_prompt(r["question"]) for r in toy_rows["test"][:3]]
+    setting = INFERENCE_SETTINGS[name]
+    rollout = CotEngine(model, toy_tokenizer).generate(prompts, setting, 0.05 if setting.noise_factor else 0.0,
+                                                       [1, 2, 3], 10, 3, answer_temperature=1.0)
+    results = {}
+    for fused in (False, True):
+        if fused:
+            _cuda_mm(monkeypatch)
+        assert ReplayHead(model, len(toy_tokenizer)).fused == fused
+        model.zero_grad()
+        out = rollout_log_probs(model, rollout, 0.05, 1.0, len(toy_tokenizer))
+        (out.cot.sum() + out.answer.sum()).backward()
+        results[fused] = (out.cot.detach(), out.answer.detach(),
+                          {n: p.grad.float().clone() for n, p in model.named_parameters() if p.grad is not None})
+    (cot0, ans0, g0), (cot1, ans1, g1) = results[False], results[True]
+    torch.testing.assert_close(cot1, cot0, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(ans1, ans0, rtol=1e-4, atol=1e-3)
+    assert set(g0) == set(g1)
+    for n in g0:
+        scale = float(g0[n].abs().max()) + 1e-12
+        torch.testing.assert_close(g1[n], g0[n], rtol=0, atol=2e-2 * scale, msg=n)
+
+
+def test_wide_matmul_gradients_by_hand(monkeypatch):
+    """a @ b and its two gradients from bf16 GEMMs: a float32 operand keeps ~16 bits through its remainder."""
+    from softtokens.model.head import WideMatmul, wide_mm
+
+    _cuda_mm(monkeypatch)
+    torch.manual_seed(0)
+    a = torch.randn(6, 5, requires_grad=True)                 # float32: split into bf16 + remainder
+    b = torch.randn(5, 4).bfloat16().requires_grad_(True)     # bf16 as it is
+    out = WideMatmul.apply(a, b)
+    assert out.dtype == torch.float32
+    ref = a.detach() @ b.detach().float()
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-4)
+    grad = torch.randn(6, 4)
+    out.backward(grad)
+    torch.testing.assert_close(a.grad, grad @ b.detach().float().T, rtol=0, atol=1e-3)
+    assert a.grad.dtype == torch.float32 and b.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(b.grad.float(), (a.detach().T @ grad).bfloat16().float(), rtol=1e-2, atol=1e-2)
+    both = wide_mm(torch.randn(3, 5), torch.randn(5, 2))   # both float32: three GEMMs
+    assert both.dtype == torch.float32

@@ -28,7 +28,9 @@ def jobs(config: dict, grid: str, environ: dict | None = None) -> GridJobs:
     config = copy.deepcopy(config)
     config["grid"] = grid
     check_config(config, loader_kind)  # completes reused grids, as common.smk does
-    return GridJobs(config, {} if environ is None else environ)
+    from softtokens.train.plan import resolve_memory
+
+    return GridJobs(config, {} if environ is None else environ, resolve_rl=resolve_memory)  # as common.smk does
 
 
 def test_evaluation_takes_the_cot_settings_of_its_grid_and_training_those_of_its_cell(config):

@@ -29,11 +29,15 @@ TINY = dict(steps=2, warmup_steps=20, cot_max_tokens=8, answer_max_tokens=6, val
 
 
 def paper_settings(mode: str = "soft", **over) -> dict:
-    """The llama-3b x math cell of the paper grid, unchanged but for the sizes in TINY."""
+    """The llama-3b x math cell of the paper grid, unchanged but for the sizes in TINY: its `auto` memory
+    settings as the workflow resolves them (train.plan.resolve_memory), and activation checkpointing on,
+    as the grid's runs that need it (Llama-8B, one-GPU runs) take it, so that path runs here too."""
+    from softtokens.train.plan import resolve_memory
+
     config = load_config(ROOT / "config.yaml", loader_kind)
-    rl = cell_rl(config, "paper", "llama-3b", "math")
+    rl = resolve_memory(config, "paper", "llama-3b", cell_rl(config, "paper", "llama-3b", "math"), mode != "hard")
     lr = config["grids"]["paper"]["models"]["llama-3b"]["lr"]
-    return {**rl, **TINY, "mode": mode, "seed": 0, "lr": lr, **over}
+    return {**rl, **TINY, "mode": mode, "seed": 0, "lr": lr, "activation_checkpointing": True, **over}
 
 
 @pytest.fixture(scope="module")

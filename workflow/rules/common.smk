@@ -12,7 +12,7 @@ from softtokens.run.paths import ALL_SETTINGS, EVAL_JOB, RUN_JOB
 from softtokens.run.config import check_config
 from softtokens.run.jobs import GridJobs
 from softtokens.run.summaries import stale_summaries
-from softtokens.train.plan import check_plan
+from softtokens.train.plan import check_plan, resolve_memory
 
 # messages that name the key ('grids.toy.rl.steps') and its file and line; also completes every `reuse:`
 # grid. The files in the order they apply: the workflow's config.yaml, then each --configfile over it.
@@ -29,7 +29,7 @@ check_plan(config, config["grid"])
 # (With --software-deployment-method conda, the rule's conda env comes first instead.)
 os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
-JOBS = GridJobs(config)
+JOBS = GridJobs(config, resolve_rl=resolve_memory)  # `auto` micro-batch / checkpointing: the memory plan's
 RESULTS = JOBS.results
 EVAL = JOBS.eval
 RUN = paths.run_pattern(RESULTS)  # a run's directory, as a wildcard pattern

@@ -13,7 +13,14 @@ from softtokens.engine.cot import CotEngine
 from softtokens.engine.settings import INFERENCE_SETTINGS
 from softtokens.gpucheck.measure import copy_bandwidth, gb, release, timed
 from softtokens.gpucheck.models import prompts_of
-from softtokens.gpucheck.shape import TIE_THRESHOLD_SCALE, CheckShape, Report
+from softtokens.gpucheck.shape import (
+    DECODE_CURVE_COT,
+    DECODE_ROWS,
+    SMOKE_DECODE_ROWS,
+    TIE_THRESHOLD_SCALE,
+    CheckShape,
+    Report,
+)
 from softtokens.model.head import Float32Head
 
 
@@ -53,6 +60,8 @@ def check_engine(report: Report, model, tok, shape: CheckShape, sigma: float, de
         print(f"[gpu-check] engine {name}: {out['settings'][name]}", flush=True)
         report.write()
 
+    out["decode_curve"] = _decode_curve(engine, rows, sigma, shape, dev)
+    report.write()
     _greedy_equals_hf(report, model, tok, rows, dev)
     short = min(cot, 32)
     if dev.type == "cuda":  # the captured step against the same step run eagerly, bit for bit
@@ -77,6 +86,28 @@ def check_engine(report: Report, model, tok, shape: CheckShape, sigma: float, de
                           "table": prof.key_averages().table(sort_by="cuda_time_total", row_limit=25,
                                                              max_name_column_width=70)}
     report.write()
+
+
+def _decode_curve(engine: CotEngine, rows: list[dict], sigma: float, shape: CheckShape, dev) -> list[dict]:
+    """ms per decode step at each row count one GPU decodes in the grids' jobs (shape.DECODE_ROWS), for a
+    hard and a soft setting: what the cost forecast fits its decode line to (report.throughput)."""
+    counts = SMOKE_DECODE_ROWS if shape.source == "smoke" else DECODE_ROWS
+    cot = min(shape.rl["cot_max_tokens"], DECODE_CURVE_COT)
+    steps = cot + engine.max_prefill + 2
+    curve = []
+    for n in counts:
+        prompts = prompts_of(rows, n)
+        seeds = list(range(len(prompts)))
+        point = {"rows": n, "decode_steps": steps, "ms_per_step": {}}
+        for name in ("hard_sample", "soft_sample"):
+            setting = INFERENCE_SETTINGS[name]
+            engine.generate(prompts, setting, sigma, seeds, min(8, cot), 2)  # warm-up: allocator, capture
+            seconds = statistics.median(timed(lambda: engine.generate(prompts, setting, sigma, seeds, cot, 2), dev)
+                                        for _ in range(shape.repeats))
+            point["ms_per_step"][name] = round(1e3 * seconds / steps, 3)
+        curve.append(point)
+        print(f"[gpu-check] engine decode curve: {point}", flush=True)
+    return curve
 
 
 @torch.no_grad()

@@ -35,6 +35,12 @@ SMOKE_ARCHITECTURE = {"model_type": "llama", "hidden_size": 64, "intermediate_si
 SMOKE_SIZES = {"prompts_per_step": 2, "samples_per_prompt": 4, "cot_max_tokens": 8, "answer_max_tokens": 4,
                "micro_batch_size": 4}
 
+# rows one GPU decodes at once in the paper grid's jobs: a training step's B·G/P (64 rows over 8, 4, 2 or 1
+# GPUs), a validation's share, an evaluation's batch; the forecast reads a line through them (report.throughput)
+DECODE_ROWS = (8, 16, 32, 64, 192)
+SMOKE_DECODE_ROWS = (2, 4)
+DECODE_CURVE_COT = 64   # CoT steps per measurement: long enough to amortise admission, short enough to repeat
+
 
 @dataclass(frozen=True)
 class CheckShape:
@@ -62,8 +68,13 @@ def check_shape(config: dict, smoke: bool, modes: tuple[str, ...], steps: int | 
     the paper's numbers); --smoke keeps every setting but the sizes."""
     from softtokens.run.config import cell_rl
 
+    from softtokens.train.plan import resolve_memory
+
     grid = config["grids"]["paper"]
-    rl = dict(cell_rl(config, "paper", PAPER_MODEL, PAPER_DATASET))
+    # the check trains on this one GPU: `auto` memory settings are chosen for one process
+    one_gpu = {**config, "grids": {**config["grids"], "paper": {**grid, "models": {
+        **grid["models"], PAPER_MODEL: {**grid["models"][PAPER_MODEL], "train_gpus": 1}}}}}
+    rl = resolve_memory(one_gpu, "paper", PAPER_MODEL, dict(cell_rl(config, "paper", PAPER_MODEL, PAPER_DATASET)))
     ev = grid["evaluation"]
     model = grid["models"][PAPER_MODEL]
     if smoke:

@@ -100,11 +100,15 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
         phases["update"] = peak_bytes(dev) or 0.0
         prompt_len = max(prompt_len, int(trainer.engine.encode_prompts(
             [format_prompt(p["question"]) for p in trainer.prompts_for_step(step)])[1].sum(1).max()))
+        micro_batches = math.ceil(shape.rows / trainer.dp.world / cfg.micro_batch_size)
         steps.append({k: row[k] for k in ("seconds_rollout", "seconds_reward", "seconds_update", "reward",
                                           "reward_std", "grad_norm", "entropy", "replay_h0_gap", "replay_h0_gap_flipped",
                                           "replay_argmax_mismatch", "replay_argmax_flips", "replay_flip_gap_max",
                                           "completions/mean_length")}
                      | {"seconds_step": round(row["seconds_rollout"] + row["seconds_reward"] + row["seconds_update"], 3),
+                        "micro_batches": micro_batches, "micro_batch_size": cfg.micro_batch_size,
+                        "seconds_update_per_micro_batch": round(row["seconds_update"] / micro_batches, 3),
+                        "update_tokens": row.get("update_tokens"),
                         "held_GB": gb(held), "rollout_peak_GB": gb(phases.get("rollout")),
                         "update_peak_GB": gb(phases.get("update")),
                         "reserved_peak_GB": gb(torch.cuda.max_memory_reserved(dev)) if dev.type == "cuda" else None})
@@ -133,8 +137,7 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
     plan = train_memory(arch, job)
     planned_held = plan["master weights"] + plan["optimizer state"] + plan["rollout weights"]
     planned = {"held": planned_held,
-               "rollout": planned_held + plan["kv cache"] + plan["decode transients"] + plan["soft inputs"]
-               + plan["row noise"],
+               "rollout": planned_held + plan["kv cache"] + plan["decode transients"] + plan["soft inputs"],
                "update": planned_held + plan["gradients"] + plan["soft inputs"] + plan["activations"] + plan["logits"]
                + plan["gathered weights"]}
     measured = {"held": held, "rollout": phases.get("rollout"), "update": phases.get("update")} \

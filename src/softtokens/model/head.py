@@ -86,6 +86,87 @@ def _mm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return both[: a.shape[0]] + both[a.shape[0]:]
 
 
+def _split(x: torch.Tensor, low: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A matrix as (its rounding to ``low``, the remainder in ``low``), or (it, None) when it is ``low``."""
+    if x.dtype == low:
+        return x, None
+    hi = x.to(low)
+    return hi, (x - hi.to(x.dtype)).to(low)
+
+
+def wide_mm(a: torch.Tensor, b: torch.Tensor, low: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """(n, k) @ (k, m) -> float32 from GEMMs of ``low`` (bf16) operands with a float32 result (one fused
+    kernel each: fused_wide_matmul). A float32 operand is split into its bf16 rounding plus the remainder
+    (~16 bits of its mantissa kept): bf16 x bf16 is one GEMM, a float32 side two, both float32 three
+    (the remainder x remainder product, ~2^-16 of the result, is left out)."""
+    a_hi, a_lo = _split(a, low)
+    b_hi, b_lo = _split(b, low)
+    out = torch.mm(a_hi, b_hi, out_dtype=torch.float32)
+    if a_lo is not None:
+        out = out + torch.mm(a_lo, b_hi, out_dtype=torch.float32)
+    if b_lo is not None:
+        out = out + torch.mm(a_hi, b_lo, out_dtype=torch.float32)
+    return out
+
+
+class WideMatmul(torch.autograd.Function):
+    """a @ b with a float32 result from bf16 GEMMs, forward and backward (wide_mm), for the update pass's
+    output head and soft mixture: the bf16 W and E are read as they are, with no float32 copy of a
+    128k x 3k matrix and its gradient (1.5 GB each), and the GEMMs run at bf16's rate, not float32's.
+    Each gradient comes back in its operand's dtype."""
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(a, b)
+        return wide_mm(a, b)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        a, b = ctx.saved_tensors
+        grad_a = wide_mm(grad, b.T).to(a.dtype) if ctx.needs_input_grad[0] else None
+        grad_b = wide_mm(a.T, grad).to(b.dtype) if ctx.needs_input_grad[1] else None
+        return grad_a, grad_b
+
+
+class ReplayHead:
+    """The output projection and the soft mixture of the update pass, with autograd and float32 results.
+
+    Where the device has the fused bf16 -> float32 GEMM (CUDA) and the weights are bf16, the bf16 W and E
+    are used as they are through WideMatmul; elsewhere (CPU, float32 models) float32 copies, as
+    ``float32_weights`` makes them (the CPU's numbers are unchanged). ``tensors`` are what a checkpointed
+    chunk of the update receives (torch.utils.checkpoint passes tensors)."""
+
+    def __init__(self, model, vocab_rows: int | None = None, with_input: bool = False):
+        W = model.get_output_embeddings().weight
+        rows = vocab_rows or W.shape[0]
+        self.fused = W.dtype in (torch.bfloat16, torch.float16) and fused_wide_matmul(W.device)
+        if self.fused:
+            E = model.get_input_embeddings().weight if with_input else None
+            self.W, self.E = W[:rows], (None if E is None else E[:rows])
+        else:
+            self.W, self.E = float32_weights(model, vocab_rows, with_input)
+
+    @property
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.W, self.E
+
+
+def head_logits(hidden: torch.Tensor, W: torch.Tensor, fused: bool) -> torch.Tensor:
+    """(..., d) -> (..., V) float32 logits of the update pass (ReplayHead's W)."""
+    if fused:
+        flat = hidden.reshape(-1, hidden.shape[-1]).to(W.dtype)
+        return WideMatmul.apply(flat, W.T).view(*hidden.shape[:-1], -1)
+    return hidden.to(W.dtype) @ W.T
+
+
+def head_mixture(probs: torch.Tensor, E: torch.Tensor, fused: bool) -> torch.Tensor:
+    """(..., V) float32 weights -> (..., d) float32 p @ E of the update pass (ReplayHead's E)."""
+    if fused:
+        flat = probs.reshape(-1, probs.shape[-1])
+        return WideMatmul.apply(flat, E).view(*probs.shape[:-1], -1)
+    return probs.to(E.dtype) @ E
+
+
 class Float32Head:
     """The output projection and the soft mixture with float32 results, for decoding (no autograd).
 

@@ -84,6 +84,19 @@ def paper_plan_block(root: Path) -> str:
     return pd.DataFrame(rows).to_markdown(index=False)
 
 
+def paper_memory_plan_block(root: Path) -> str:
+    """`softtokens plan --grid paper`'s memory table (train.plan: architecture numbers, `auto` resolved)."""
+    import yaml
+
+    from softtokens.data.sources import loader_kind
+    from softtokens.run.config import check_config
+    from softtokens.train.plan import grid_plan, plan_table
+
+    config = yaml.safe_load((root / "config.yaml").read_text())
+    check_config(config, loader_kind)
+    return plan_table(grid_plan(config, "paper"), config["grids"]["paper"]["memory_plan"]["gpu_memory_gb"])
+
+
 def paper_claims_block(root: Path) -> str:
     """Every claim on the paper's own numbers: the verdict and each end's counts (report.claims)."""
     import pandas as pd
@@ -104,12 +117,14 @@ def paper_claims_block(root: Path) -> str:
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "paper-claims": paper_claims_block,
     "paper-plan": paper_plan_block,
+    "paper-memory-plan": paper_memory_plan_block,
 }
 
 # which files hold which blocks (paths from the repository root)
 FILES: dict[str, tuple[str, ...]] = {
     "docs/protocol.md": ("paper-claims",),
     "docs/cluster.md": ("paper-plan",),
+    "docs/memory-plan.md": ("paper-memory-plan",),
 }
 
 

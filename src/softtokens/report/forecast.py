@@ -1,33 +1,34 @@
-"""What a grid will cost before it runs: each GPU job's wall time from a throughput model (tokens
-per second per GPU), summed per job kind, per table and for the grid, and the wall-clock on N nodes.
+"""What a grid will cost before it runs: each GPU job's wall time from measured rates (report.throughput),
+summed per job kind, per table and for the grid, and the wall-clock on N nodes; beside it, what the
+paper states its runs took.
 
-Why a throughput model and not the jobs' time limits: a limit is a ceiling chosen with margin (a
-paper grid's limits add up to ~17,900 GPU-hours), and it cannot say what a change of CoT budget,
-batch or model costs. The model counts the tokens a job decodes and the tokens its updates replay,
-and divides by rates measured on a GPU:
+Why rates and not the jobs' time limits: a limit is a ceiling chosen with margin (a paper grid's
+limits add up to ~17,900 GPU-hours), and it cannot say what a change of CoT budget, batch, model or
+GPU count costs. Per job, with S = CoT budget + prefill + answer budget decode steps (a batched decode
+runs as long as its longest row: an upper bound where CoTs stop early, close where they do not):
 
-- a training run: ``steps`` x (B·G rows x S decode steps / rollout rate + B·G x (prompt + S) /
-  update rate of its mode) + every greedy validation (``val_size`` x S / evaluation rate), over
-  its P GPUs; S = CoT budget + prefill + answer budget. A batched decode runs as long as its
-  longest row, so S is the budget, not the mean length: the forecast is an upper bound where
-  CoTs stop early, and close to exact where they do not (the paper's 512-token CoTs mostly do not);
-- an evaluation: questions x (1 for a greedy setting, n_samples for a sampled one) x S at the
-  evaluation rate; an out-of-domain one: one greedy hard CoT per question (generative protocol),
-  or its rows at the scoring rate (cloze).
+- a training run on P GPUs: ``steps`` x (S x decode step of B·G/P rows on one GPU, every GPU decoding
+  its share at once: rollouts do not divide over GPUs, the rows do + the update of B·G x (prompt + S)
+  tokens, whose FLOPs divide over the P GPUs) + every greedy validation (its rows over P, S steps) +
+  saves: the resume state at every validation and every ``resume_save_minutes``, and a best
+  checkpoint at each validation (an upper bound);
+- an evaluation: ceil(rows / batch) batches of S steps at the batch's decode step, rows = questions x
+  (n_samples for a sampled setting, 1 for a greedy one);
+- an out-of-domain evaluation: the log-likelihood pass every protocol runs (the NLL column) and, under
+  the generative protocol, one greedy hard CoT per question.
 
-Rates come from a gpu-check report (``softtokens gpu-check`` writes one: docs/gpu.md), read by
-``throughput_from_gpu_check``; without one, ``DEFAULT`` is that of the H100 report committed in
-``benchmarks/results/gpu_check_h100.json`` (a test derives it from the file). Decode is bound by
-reading the weights and an update by their FLOPs, both about linear in the parameter count, so a
-rate measured on one model is scaled by parameters to another: an approximation the ledger then
-checks (``vs_actual``: forecast beside the benchmark files of a finished grid, per job kind).
+Prompt tokens come from the prepared data under the model's tokenizer where both are on disk (the
+memory plan keeps its worst case); otherwise from the grid's memory plan, and the forecast says so.
+Rates come from a gpu-check report (``--throughput``), or ``throughput.DEFAULT`` (the committed H100
+one), scaled by parameters to each model; the ledger checks the forecast against the jobs' benchmark
+files (``vs_actual``).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
@@ -35,62 +36,74 @@ import pandas as pd
 from softtokens.data.sources import test_size
 from softtokens.report import ledger
 from softtokens.report.paper import CELL_KEYS
+from softtokens.report.throughput import DEFAULT, Throughput, throughput_from_gpu_check
 from softtokens.run import paths
 from softtokens.run.config import cell_rl
 from softtokens.run.jobs import GPU_KINDS, GridJobs, train_processes
-from softtokens.run.names import is_sampled
-from softtokens.train.plan import PREFILL_TOKENS, grid_architecture
+from softtokens.run.names import is_sampled, setting_mode
+from softtokens.train.plan import PREFILL_TOKENS, grid_architecture, resolve_memory
 
+__all__ = ["DEFAULT", "Throughput", "throughput_from_gpu_check", "load_throughput", "forecast_jobs", "by_kind",
+           "wall_clock_hours", "eval_cells", "table_forecast", "vs_actual", "forecast_text", "PAPER_COST"]
 
-@dataclass(frozen=True)
-class Throughput:
-    """Tokens per second per GPU (rows per second for cloze scoring) of one model on one device."""
-
-    rollout_decode: float           # a training step's rollouts (B·G/P rows at once)
-    eval_decode: float              # an evaluation's decode (its batch_size rows at once)
-    update: dict                    # mode -> tokens replayed (forward + backward) per second
-    loglik_rows: float              # multiple-choice rows scored per second (cloze protocol)
-    parameters: float               # of the model measured
-    source: str
-
-    def scaled_to(self, parameters: float) -> "Throughput":
-        f = self.parameters / parameters
-        return replace(self, rollout_decode=self.rollout_decode * f, eval_decode=self.eval_decode * f,
-                       update={m: v * f for m, v in self.update.items()}, loglik_rows=self.loglik_rows * f,
-                       parameters=parameters)
-
-
-def throughput_from_gpu_check(report: dict, source: str = "") -> Throughput:
-    """The rates a gpu-check report measured (its training, evaluation and out-of-domain sections)."""
-    shape, sec = report["shape"], report["sections"]
-    steps = shape["cot_max_tokens"] + PREFILL_TOKENS + shape["answer_max_tokens"]
-    rows = shape["prompts_per_step"] * shape["samples_per_prompt"]
-    prompt = sec["engine"]["prompt_tokens"]
-    rollout, update = [], {}
-    for mode, m in sec["training"]["modes"].items():
-        last = m["steps"][-1]
-        rollout.append(last.get("rollout_tokens", rows * steps) / last["seconds_rollout"])
-        update[mode] = last.get("update_tokens", rows * (prompt + steps)) / last["seconds_update"]
-    ev = sec["evaluation"]
-    eval_rates = [s["rows"] * s["decode_steps"] / s["seconds"] for s in ev["settings"].values()]
-    return Throughput(rollout_decode=sum(rollout) / len(rollout), eval_decode=sum(eval_rates) / len(eval_rates),
-                      update=update, loglik_rows=ev["loglik"]["rows"] / ev["loglik"]["seconds"],
-                      parameters=float(report["parameters"]),
-                      source=source or f"gpu-check {report['date'][:10]} on {report['device']['name']} "
-                                       f"({report['model']}, {report['compute_dtype']})")
-
-
-# benchmarks/results/gpu_check_h100.json (tests/test_forecast.py derives these from the file)
-DEFAULT = Throughput(rollout_decode=6296.0, eval_decode=11384.0,
-                     update={"soft": 4006.0, "fuzzy": 5336.0, "hard": 7804.0}, loglik_rows=10.92,
-                     parameters=3212749824.0,
-                     source="gpu-check 2026-11-24 on NVIDIA H100 80GB HBM3 (meta-llama/Llama-3.2-3B-Instruct, "
-                            "bfloat16): benchmarks/results/gpu_check_h100.json")
+# what the paper states its runs took (Computation Details, soft-tokens-hard-truths.tex line 1282): "Every RLOO
+# run ... was executed on a dedicated node with 8x NVIDIA H100 GPUs ... Wall-clock time ... was 48-96 hours per
+# run end to end."
+PAPER_COST = {"hours_per_run": (48.0, 96.0), "gpus_per_run": 8, "steps_per_run": 4000,
+              "where": "Computation Details (soft-tokens-hard-truths.tex, line 1282)"}
+# prompts measured per prepared split (a mean settles long before; tokenizing all 14,042 MMLU rows would not)
+PROMPT_SAMPLE = 2000
 
 
 def load_throughput(path: str | Path | None) -> Throughput:
     return DEFAULT if path is None else throughput_from_gpu_check(json.loads(Path(path).read_text()),
                                                                   source=f"{path}")
+
+
+# ---------------------------------------------------------------- prompt lengths
+@lru_cache(maxsize=None)
+def _tokenizer(source: str):
+    """A model's fast tokenizer (``tokenizer.json``) from a local directory or the HF cache, or None: a
+    forecast never downloads, and reads it with ``tokenizers`` alone (the report job loads no torch)."""
+    from tokenizers import Tokenizer
+
+    local = Path(source) / "tokenizer.json"
+    if local.is_file():
+        return Tokenizer.from_file(str(local))
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(source, "tokenizer.json")
+    except Exception:  # not a hub id
+        return None
+    return Tokenizer.from_file(cached) if isinstance(cached, str) else None
+
+
+@lru_cache(maxsize=None)
+def _mean_prompt_tokens(data: str, tokenizer_source: str, mtime: float) -> float | None:
+    from softtokens.data.prompt import format_prompt
+    from softtokens.eval.ood import prompt_of
+
+    tok = _tokenizer(tokenizer_source)
+    if tok is None:
+        return None
+    lines = [json.loads(x) for x in Path(data).read_text().splitlines()[:PROMPT_SAMPLE] if x.strip()]
+    if not lines:
+        return None
+    texts = [prompt_of(r) if "choices" in r else format_prompt(r["question"]) for r in lines]
+    return sum(len(e.ids) for e in tok.encode_batch(texts)) / len(texts)
+
+
+def prompt_tokens(jobs: GridJobs, model: str, dataset: str, split: str) -> tuple[float, str]:
+    """(mean prompt tokens of a prepared split under the model's tokenizer, where the number comes from)."""
+    data = Path(paths.data_path(jobs.results, dataset, split))
+    source = jobs.model_source(model)
+    if data.exists():
+        mean = _mean_prompt_tokens(str(data), source, data.stat().st_mtime)
+        if mean is not None:
+            return mean, f"measured on {data}"
+    assumed = int(jobs.grid.get("memory_plan", {}).get("prompt_tokens", 512))
+    return float(assumed), "assumed (the memory plan's worst case; prepare the data and cache the tokenizer to measure)"
 
 
 # ---------------------------------------------------------------- a grid's jobs
@@ -103,36 +116,57 @@ def _questions(grid: dict, benchmark: str) -> int:
     return int(n)
 
 
+def _batches(rows: int, batch: int) -> tuple[int, int]:
+    """(batches, rows decoded at once) of ``rows`` through an engine of ``batch`` slots."""
+    return max(1, math.ceil(rows / batch)), min(rows, batch)
+
+
+def train_seconds(jobs: GridJobs, config: dict, grid_name: str, run, rates: Throughput) -> dict[str, float]:
+    """A training run's forecast seconds by part (module docstring), on its P GPUs."""
+    grid = jobs.grid
+    rl = resolve_memory(config, grid_name, run.model, cell_rl(config, grid_name, run.model, run.dataset, run.variant),
+                        run.mode != "hard")
+    P, n = train_processes(grid, run.model), rl["prompts_per_step"] * rl["samples_per_prompt"]
+    S = rl["cot_max_tokens"] + PREFILL_TOKENS + rl["answer_max_tokens"]
+    prompt, _ = prompt_tokens(jobs, run.model, run.dataset, "train")
+    rollout = S * rates.decode_s(run.mode, math.ceil(n / P))
+    update = rates.update_s(run.mode, n * (prompt + S), P, bool(rl["activation_checkpointing"]))
+    validations = 1 + math.ceil(rl["steps"] / rl["val_every"])
+    val_rows = min(rl["val_size"], grid["datasets"][run.dataset].get("validation_size", rl["val_size"]))
+    validation = validations * S * rates.decode_s(run.mode, math.ceil(val_rows / P))
+    compute = rl["steps"] * (rollout + update) + validation
+    timed_saves = math.floor(compute / (60 * rl["resume_save_minutes"])) if rl["resume_save_minutes"] > 0 else rl["steps"]
+    saves = (validations + timed_saves) * rates.resume_save_s + validations * rates.save_s
+    return {"rollout_step": rollout, "update_step": update, "validation": validation, "saves": saves,
+            "total": compute + saves}
+
+
 def forecast_jobs(config: dict, grid_name: str, rates: Throughput = DEFAULT) -> pd.DataFrame:
     """One row per GPU job of the grid, named as its benchmark file (report.ledger's job ids): its
-    kind, GPUs, forecast wall seconds and GPU-hours (GPUs 0 on a grid that declares none)."""
+    kind, GPUs, forecast wall seconds and GPU-hours (GPUs 0 on a grid that declares none); a training
+    run also its seconds per RLOO step (``step_s``)."""
     jobs = GridJobs({**config, "grid": grid_name})
     grid, ev = jobs.grid, jobs.eval
     gpus = jobs.ledger_gpus()
     params = {m: grid_architecture(grid, m).parameters for m in grid["models"]}
-    prompt = int(grid.get("memory_plan", {}).get("prompt_tokens", 512))
     rows = []
 
-    def add(rule: str, job: str, wall: float, n_gpus: int) -> None:
+    def add(rule: str, job: str, wall: float, n_gpus: int, step_s: float = float("nan")) -> None:
         rows.append({"job": paths.job_id(rule, job), "rule": rule, "wall_s": wall, "gpus": n_gpus,
-                     "gpu_hours": wall * n_gpus / 3600})
+                     "gpu_hours": wall * n_gpus / 3600, "step_s": step_s})
 
     for run in jobs.training_runs():
-        rl = cell_rl(config, grid_name, run.model, run.dataset, run.variant)
-        t = rates.scaled_to(params[run.model])
-        P, n = train_processes(grid, run.model), rl["prompts_per_step"] * rl["samples_per_prompt"]
-        S = rl["cot_max_tokens"] + PREFILL_TOKENS + rl["answer_max_tokens"]
-        per_step = n * S / t.rollout_decode + n * (prompt + S) / t.update[run.mode]
-        validations = 1 + math.ceil(rl["steps"] / rl["val_every"])
-        val_rows = min(rl["val_size"], grid["datasets"][run.dataset].get("validation_size", rl["val_size"]))
-        wall = (rl["steps"] * per_step + validations * val_rows * S / t.eval_decode) / P
-        add("train", run.wildcards, wall, gpus["train"][run.model])
+        t = train_seconds(jobs, config, grid_name, run, rates.scaled_to(params[run.model]))
+        add("train", run.wildcards, t["total"], gpus["train"][run.model], t["rollout_step"] + t["update_step"])
     S = ev["cot_max_tokens"] + PREFILL_TOKENS + ev["answer_max_tokens"]
     for model, trained in jobs.evaluated_models():
         t = rates.scaled_to(params[model])
         for b in ev["benchmarks"]:
             q = _questions(grid, b)
-            seconds = {s: q * (ev["n_samples"] if is_sampled(s) else 1) * S / t.eval_decode for s in ev["settings"]}
+            seconds = {}
+            for s in ev["settings"]:
+                batches, at_once = _batches(q * (ev["n_samples"] if is_sampled(s) else 1), ev["batch_size"])
+                seconds[s] = batches * S * t.decode_s(setting_mode(s), at_once)
             if ev["one_job_per_setting"]:
                 for s, wall in seconds.items():
                     add("evaluate", paths.eval_job(s, model, trained, b), wall, gpus["evaluate"])
@@ -141,10 +175,13 @@ def forecast_jobs(config: dict, grid_name: str, rates: Throughput = DEFAULT) -> 
                     gpus["evaluate"])
         for b in jobs.ood:
             q = _questions(grid, b)
-            wall = q * S / t.eval_decode if ev["ood_protocol"] == "generative" else q / t.loglik_rows
+            wall = q / t.loglik_rows  # the NLL pass, under every protocol
+            if ev["ood_protocol"] == "generative":
+                batches, at_once = _batches(q, ev["batch_size"])
+                wall += batches * S * t.decode_s("hard", at_once)
             add("evaluate_loglik", paths.EVAL_JOB.format(model=model, trained=trained, benchmark=b), wall,
                 gpus["evaluate_loglik"])
-    return pd.DataFrame(rows, columns=["job", "rule", "wall_s", "gpus", "gpu_hours"])
+    return pd.DataFrame(rows, columns=["job", "rule", "wall_s", "gpus", "gpu_hours", "step_s"])
 
 
 def by_kind(jobs: pd.DataFrame) -> pd.DataFrame:
@@ -209,6 +246,32 @@ def vs_actual(forecast: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
                                        "gpu_h_actual", "actual/forecast"])
 
 
+def paper_cost_text(jobs: pd.DataFrame) -> list[str]:
+    """The paper's stated cost beside this forecast's, per run and per RLOO step, and why they differ."""
+    train = jobs[jobs.rule == "train"]
+    if train.empty:
+        return []
+    lo, hi = PAPER_COST["hours_per_run"]
+    gpus, steps = PAPER_COST["gpus_per_run"], PAPER_COST["steps_per_run"]
+    hours = train.wall_s / 3600
+    return [
+        "",
+        f"the paper's stated cost ({PAPER_COST['where']}): each run on a dedicated {gpus}-GPU node, {lo:g}-{hi:g} h "
+        f"end to end = {lo * gpus:,.0f}-{hi * gpus:,.0f} GPU-hours a run, {3600 * lo / steps:.0f}-"
+        f"{3600 * hi / steps:.0f} s a step over its {steps} steps; for {len(train)} runs {len(train) * lo * gpus:,.0f}-"
+        f"{len(train) * hi * gpus:,.0f} GPU-hours.",
+        f"this forecast: a run {hours.min():.1f}-{hours.max():.1f} h on its {train.gpus.min()}-{train.gpus.max()} GPUs "
+        f"({train.gpu_hours.min():,.0f}-{train.gpu_hours.max():,.0f} GPU-hours), a step {train.step_s.min():.1f}-"
+        f"{train.step_s.max():.1f} s; {len(train)} runs {train.gpu_hours.sum():,.0f} GPU-hours.",
+        "where the difference comes from: this forecast counts compute at rates gpu-check measured (a decode step "
+        "in a CUDA graph, one process per GPU, only the GPUs a run's memory plan asks for (a model's train_gpus)), plus "
+        "validations and saves; the paper gave every run a whole 8-GPU node whatever its size, decoded with 'a "
+        "custom PyTorch-based generation function', and reports wall-clock end to end (start-up, I/O, waiting). "
+        "Which part is a faster engine and which a forecasting error only a timed run can tell: the reproduction "
+        "report's ledger puts this forecast beside the jobs' measured times.",
+    ]
+
+
 def forecast_text(config: dict, grid_name: str, rates: Throughput, nodes: int, gpus_per_node: int,
                   tables: dict) -> str:
     """What `softtokens plan` prints after the memory table."""
@@ -226,4 +289,15 @@ def forecast_text(config: dict, grid_name: str, rates: Throughput, nodes: int, g
     lines.append(f"\nwall-clock on {nodes} node(s) x {gpus_per_node} GPUs: "
                  f"{wall_clock_hours(jobs, nodes, gpus_per_node):,.1f} h "
                  "(GPU-hours spread over the GPUs, at least the longest training run then the longest evaluation)")
+    lines += prompt_sources(config, grid_name)
+    lines += paper_cost_text(jobs)
     return "\n".join(lines)
+
+
+def prompt_sources(config: dict, grid_name: str) -> list[str]:
+    """Where each training set's prompt length came from (measured on the data, or assumed)."""
+    jobs = GridJobs({**config, "grid": grid_name})
+    seen = sorted({(r.model, r.dataset) for r in jobs.training_runs()})
+    out = [f"prompt tokens, {m} on {d}: {n:.0f}, {where}" for m, d in seen
+           for n, where in [prompt_tokens(jobs, m, d, "train")]]
+    return ([""] + out) if out else []

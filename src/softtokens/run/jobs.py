@@ -88,9 +88,13 @@ class GridJobs(GridTargets):
         return dumps(s)
 
     def train_settings(self, model: str, dataset: str, arm: str, seed: int | str) -> str:
+        """A run's settings: its cell's rl (with `auto` memory settings chosen by the memory plan, where
+        the workflow hands in the resolver), mode, seed and learning rate."""
         mode, variant = parse_arm(arm)
-        s = dict(cell_rl(self.config, self.name, model, dataset, variant), mode=mode, seed=int(seed),
-                 lr=self.grid["models"][model]["lr"])
+        rl = cell_rl(self.config, self.name, model, dataset, variant)
+        if self.resolve_rl is not None:
+            rl = self.resolve_rl(self.config, self.name, model, rl, mode != "hard")
+        s = dict(rl, mode=mode, seed=int(seed), lr=self.grid["models"][model]["lr"])
         if variant:  # recorded in provenance; the default runs' settings stay as they were
             s["variant"] = variant
         return dumps(s)

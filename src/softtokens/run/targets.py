@@ -23,8 +23,10 @@ class GridTargets:
     """The files ``config["grid"]`` (a checked config: config.check_config) makes: its runs, their
     evaluations, tables, figures and reports, and the rows of its ablation tables."""
 
-    def __init__(self, config: dict, environ: dict | None = None):
-        self.config, self.environ = config, environ
+    def __init__(self, config: dict, environ: dict | None = None, resolve_rl=None):
+        """``resolve_rl(config, grid, model, rl, continuous) -> rl``: what turns a cell's `auto` memory
+        settings into numbers (train.plan.resolve_memory, handed in: this layer sits below it)."""
+        self.config, self.environ, self.resolve_rl = config, environ, resolve_rl
         self.name = config["grid"]
         self.grid = config["grids"][self.name]
         self.results = self.grid["results"]

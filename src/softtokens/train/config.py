@@ -77,6 +77,10 @@ class TrainConfig:
         if unknown:
             hint = (" ('dtype' was split into 'param_dtype' and 'compute_dtype')" if "dtype" in unknown else "")
             raise ValueError(f"unknown training settings: {', '.join(unknown)}{hint}")
+        auto = [k for k in ("micro_batch_size", "activation_checkpointing") if settings.get(k) == "auto"]
+        if auto:
+            raise ValueError(f"{', '.join(auto)}: auto is chosen by the memory plan when the workflow resolves a run's "
+                             "settings (train.plan.resolve_memory); a run is given the number")
         missing = sorted(known - set(settings))
         if missing:
             raise ValueError(f"training settings lack {', '.join(missing)} (the workflow resolves every key of "

@@ -7,8 +7,8 @@ What a training job holds on each of its P processes (softtokens.sharding):
   (FSDP2 splits each tensor along dim 0 into P chunks; rank 0 holds the largest);
 - the rollout copy of the whole model in ``compute_dtype``;
 - while decoding its B*G/P rows: the KV cache, float32 copies of the output projection (and of E
-  when untied, for the soft mixture), per-step logits, the recorded float32 soft inputs and each
-  row's Gaussian noise;
+  when untied, for the soft mixture), per-step logits and the recorded float32 soft inputs (the
+  Gaussian noise is counter noise, drawn per step and again in the update: never held);
 - while updating one micro-batch: the gathered compute-dtype weights and gradients of the root
   (E, head, final norm) and of two decoder layers (FSDP prefetches one), float32 copies of the
   projection (and their gradients), the activations a layer saves for its backward (all layers,
@@ -193,8 +193,6 @@ def train_memory(arch: Architecture, job: TrainJob) -> dict[str, float]:
         "decode transients": wide_copies * 4 * vd + rows * a.vocab * 4 * 4
                              + rows * job.prompt_tokens * (3 * a.hidden + 2 * a.intermediate) * c,
         "soft inputs": rows * steps * a.hidden * 4 if job.continuous else 0,
-        # each row's Gaussian noise, drawn at admission from its own generator (engine.sampling)
-        "row noise": rows * job.cot_tokens * a.hidden * 4 if job.continuous else 0,
     }
     mb, T = min(job.micro_batch, rows), job.prompt_tokens + steps
     per_layer = saved_per_token_layer(a) * c
@@ -203,13 +201,15 @@ def train_memory(arch: Architecture, job: TrainJob) -> dict[str, float]:
     else:
         acts = mb * T * a.layers * per_layer
     m["activations"] = acts + mb * T * a.hidden * c * 4
-    # float32 logits of LOGIT_CHUNK_STEPS steps at a time (rloo.rollout_log_probs), recomputed in the backward
-    m["logits"] = mb * min(steps, LOGIT_CHUNK_STEPS) * a.vocab * 4 * (6 if job.continuous else 4)
+    # float32 logits of LOGIT_CHUNK_STEPS steps at a time (rloo.rollout_log_probs), recomputed in the backward,
+    # and for soft / fuzzy the chunk's counter noise drawn again (d floats a step)
+    chunk = mb * min(steps, LOGIT_CHUNK_STEPS)
+    m["logits"] = chunk * a.vocab * 4 * (6 if job.continuous else 4) + (chunk * a.hidden * 4 if job.continuous else 0)
     # float32 copies of W (and of E for the mixture, when untied) and their gradients
     fp32_proj = 0 if c >= 4 else 2 * 4 * vd * (2 if job.continuous and not a.tied else 1)
     m["gathered weights"] = 2 * (a.root_params + 2 * a.layer_params) * c + fp32_proj
     held = m["master weights"] + m["optimizer state"] + m["rollout weights"]
-    rollout_phase = m["kv cache"] + m["decode transients"] + m["soft inputs"] + m["row noise"]
+    rollout_phase = m["kv cache"] + m["decode transients"] + m["soft inputs"]
     update_phase = m["gradients"] + m["soft inputs"] + m["activations"] + m["logits"] + m["gathered weights"]
     m["peak"] = held + max(rollout_phase, update_phase)
     return m
@@ -224,9 +224,8 @@ def eval_memory(arch: Architecture, batch: int, prompt_tokens: int, cot_tokens: 
          "kv cache": batch * (prompt_tokens + steps) * a.layers * 2 * a.kv_heads * a.head_dim * c,
          "decode transients": (0 if c >= 4 else (1 + (continuous and not a.tied)) * 4 * vd)
                               + batch * a.vocab * 4 * 4
-                              + batch * prompt_tokens * (3 * a.hidden + 2 * a.intermediate) * c,
-         # evaluation keeps no fed inputs, only each row's noise (drawn at admission)
-         "row noise": batch * cot_tokens * a.hidden * 4 if continuous else 0}
+                              + batch * prompt_tokens * (3 * a.hidden + 2 * a.intermediate) * c}
+    # evaluation keeps no fed inputs, and the noise is counter noise drawn per step: nothing per row
     m["peak"] = sum(m.values())
     return m
 
@@ -249,6 +248,67 @@ def grid_architecture(grid: dict, model: str) -> Architecture:
     return toy_architecture(grid["toy_base"]) if spec["source"] == "toy" else load_architecture(spec["source"])
 
 
+AUTO = "auto"
+# micro-batches tried by `auto`, largest first; below MIN_FAST_MICRO_BATCH rows a micro-batch's fixed costs
+# (FSDP gathers every layer's weights for each forward and backward) outweigh recomputing activations
+MICRO_BATCHES = (64, 32, 16, 8, 4, 2, 1)
+MIN_FAST_MICRO_BATCH = 4
+# what `auto` leaves between its choice's planned peak and the usable memory: the plan was 7 % under the
+# peak an H100 measured for llama-3b on one GPU (benchmarks/results/gpu_check_h100.json); a choice is
+# made once and an out-of-memory at step 3,000 costs a day
+AUTO_HEADROOM = 1.10
+
+
+def _train_job(grid: dict, model: str, rl: dict, prompt: int, continuous: bool, micro_batch: int,
+               checkpointing: bool) -> TrainJob:
+    return TrainJob(processes=train_processes(grid, model), rows=rl["prompts_per_step"] * rl["samples_per_prompt"],
+                    micro_batch=micro_batch, prompt_tokens=prompt, cot_tokens=rl["cot_max_tokens"],
+                    answer_tokens=rl["answer_max_tokens"], continuous=continuous, param_dtype=rl["param_dtype"],
+                    compute_dtype=rl["compute_dtype"], checkpointing=checkpointing)
+
+
+def resolve_memory(config: dict, grid_name: str, model: str, rl: dict, continuous: bool = True) -> dict:
+    """A training cell's rl with ``micro_batch_size: auto`` and ``activation_checkpointing: auto`` chosen by
+    the memory plan: the fastest that fits the usable share of the grid's memory_plan.gpu_memory_gb with
+    AUTO_HEADROOM to spare.
+    Faster means no recomputation (8 instead of 6 FLOPs a parameter and token) with micro-batches of at
+    least MIN_FAST_MICRO_BATCH rows, then the largest micro-batch; a grid that declares no GPU memory
+    takes the schema's defaults. What is chosen is what the job's settings (and provenance) say."""
+    mb_auto, ac_auto = rl["micro_batch_size"] == AUTO, rl["activation_checkpointing"] == AUTO
+    if not (mb_auto or ac_auto):
+        return rl
+    grid = config["grids"][grid_name]
+    gpu_gb = grid.get("memory_plan", {}).get("gpu_memory_gb")
+    out = dict(rl)
+    if not gpu_gb:
+        defaults = _schema_defaults()
+        out.update({k: defaults[k] for k, auto in (("micro_batch_size", mb_auto), ("activation_checkpointing", ac_auto))
+                    if auto})
+        return out
+    arch = grid_architecture(grid, model)
+    prompt = int(grid.get("memory_plan", {}).get("prompt_tokens", 512))
+    rows = -(-rl["prompts_per_step"] * rl["samples_per_prompt"] // train_processes(grid, model))
+    sizes = [m for m in MICRO_BATCHES if m <= rows] if mb_auto else [rl["micro_batch_size"]]
+    checkpointing = (False, True) if ac_auto else (bool(rl["activation_checkpointing"]),)
+    fast = [(ac, m) for ac in checkpointing for m in sizes if m >= MIN_FAST_MICRO_BATCH]
+    candidates = fast + [(ac, m) for ac in checkpointing for m in sizes if (ac, m) not in fast]
+    budget = USABLE_SHARE * gpu_gb * GB / AUTO_HEADROOM
+    chosen = candidates[-1]  # nothing fits: the smallest, which check_plan then reports
+    for ac, m in candidates:
+        if train_memory(arch, _train_job(grid, model, rl, prompt, continuous, m, ac))["peak"] <= budget:
+            chosen = (ac, m)
+            break
+    out["activation_checkpointing"], out["micro_batch_size"] = chosen
+    return out
+
+
+def _schema_defaults() -> dict:
+    from softtokens.run.config import load_schema
+
+    fields = load_schema()["$defs"]["rl_fields"]
+    return {k: fields[k]["default"] for k in ("micro_batch_size", "activation_checkpointing")}
+
+
 def grid_plan(config: dict, grid_name: str) -> list[dict]:
     """One row per training cell (its soft/fuzzy runs, the larger) and per evaluated model."""
     grid = config["grids"][grid_name]
@@ -257,13 +317,10 @@ def grid_plan(config: dict, grid_name: str) -> list[dict]:
     rows = []
     for cell in grid["training"]:
         model, dataset = cell["model"], cell["dataset"]
-        rl = cell_rl(config, grid_name, model, dataset)
+        continuous = bool(set(cell["modes"]) - {"hard"})
+        rl = resolve_memory(config, grid_name, model, cell_rl(config, grid_name, model, dataset), continuous)
         arch = grid_architecture(grid, model)
-        job = TrainJob(processes=train_processes(grid, model), rows=rl["prompts_per_step"] * rl["samples_per_prompt"],
-                       micro_batch=rl["micro_batch_size"], prompt_tokens=prompt, cot_tokens=rl["cot_max_tokens"],
-                       answer_tokens=rl["answer_max_tokens"], continuous=bool(set(cell["modes"]) - {"hard"}),
-                       param_dtype=rl["param_dtype"], compute_dtype=rl["compute_dtype"],
-                       checkpointing=bool(rl["activation_checkpointing"]))
+        job = _train_job(grid, model, rl, prompt, continuous, rl["micro_batch_size"], bool(rl["activation_checkpointing"]))
         rows.append({"job": f"train {model}/{dataset}", "gpus": job.processes, "parameters": arch.parameters,
                      "setting": f"B*G {job.rows}, micro-batch {job.micro_batch}, CoT {job.cot_tokens}"
                                 f"{', checkpointing' if job.checkpointing else ''}",

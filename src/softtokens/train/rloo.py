@@ -109,7 +109,7 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     module whose parameters are gathered for exactly that forward."""
     from softtokens.engine.rollout import ANSWER, COT
     from softtokens.engine.settings import CONTINUOUS_MODES
-    from softtokens.model.head import float32_weights
+    from softtokens.model.head import ReplayHead
 
     setting = rollout.setting
     n, steps = rollout.step_ids.shape
@@ -120,7 +120,10 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
         raise ValueError("a soft / fuzzy rollout without row_keys: its noise (keyed by each row's seed) cannot be "
                          "drawn again, so its Gaussian term cannot be taken at the rollout's noise")
     h = step_hidden(model, rollout)  # h[:, s] produced step s
-    W32, E32 = float32_weights(model, vocab_rows, with_input=continuous)  # one copy when E is tied to W
+    # float32 logits and mixtures: bf16 GEMMs with float32 results where the device has them, else float32
+    # copies of W and E (one copy when E is tied to W)
+    head = ReplayHead(model, vocab_rows, with_input=continuous)
+    W32, E32 = head.tensors
     # The (N, S, V) float32 logits never exist at once: each chunk of steps computes its terms and,
     # under autograd, is recomputed in the backward pass (docs/engine.md, "Rollout engine"). A rollout that
     # fits one chunk keeps it for the backward instead: the same peak, no recomputation.
@@ -134,7 +137,8 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
                 None if rollout.topk_ids is None else rollout.topk_ids[:, lo:hi],
                 None if rollout.row_keys is None else rollout.row_keys.to(h.device))
         kw = dict(setting=setting, sigma=sigma, answer_temperature=answer_temperature, gaussian_scale=gaussian_scale,
-                  placement=rollout.placement if continuous else None, first_step=lo, logit_tolerance=logit_tolerance)
+                  placement=rollout.placement if continuous else None, first_step=lo, logit_tolerance=logit_tolerance,
+                  fused=head.fused)
         if recompute:
             parts.append(checkpoint(_chunk_terms, *args, use_reentrant=False, **kw))
         else:
@@ -218,7 +222,7 @@ def placement_gaussian(h, logits, placement, sigma: float, row_keys, topk_ids, f
 
 
 def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, topk_ids, row_keys, *, setting, sigma,
-                 answer_temperature, gaussian_scale, placement, first_step, logit_tolerance=0.0):
+                 answer_temperature, gaussian_scale, placement, first_step, logit_tolerance=0.0, fused=False):
     """(CoT log-prob, answer log-prob, sum of ||h0_rollout - h0_replay||^2 over the CoT steps whose
     replayed argmax is the rollout's, argmax mismatches, near ties, largest softmax-Jacobian scale,
     argmax flips, largest flip gap, those steps' count, the same distance summed over flipped steps)
@@ -228,9 +232,9 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, to
     18 per dimension and sigma^2), which is bf16 meeting a near tie, counted by the flips, not a sign
     of a broken replay."""
     from softtokens.engine.settings import CONTINUOUS_MODES
-    from softtokens.model.head import output_logits
+    from softtokens.model.head import head_logits, head_mixture
 
-    logits = output_logits(None, h, weight=W32)  # float32
+    logits = head_logits(h, W32, fused)  # float32 (model.head.ReplayHead)
     mismatches = flips = gap_max = 0
     flipped = torch.zeros_like(is_cot)
     if argmax_ids is not None:
@@ -251,7 +255,7 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, to
         cot_terms = gaussian_scale * gauss
     elif setting.mode in CONTINUOUS_MODES:
         probs = torch.softmax(_float(logits) / setting.temperature, dim=-1)
-        h0 = probs @ E32  # the replay's h0 = softmax(logits / tau) @ E
+        h0 = head_mixture(probs, E32, fused)  # the replay's h0 = softmax(logits / tau) @ E
         eps = rollout_noise(row_keys, first_step, h.shape[1], h0.shape[-1], h0.dtype)
         cot_terms = gaussian_scale * embedding_gaussian_term(noisy, h0, eps, sigma)
         # the replay check: the rollout's h0 (what it fed, less its noise) against the replay's
