@@ -128,6 +128,17 @@ class WideMatmul(torch.autograd.Function):
         return grad_a, grad_b
 
 
+def head_weights(model, vocab_rows: int | None, with_input: bool):
+    """(fused, W, E) of a float32-result head: the bf16 W[:rows] and E[:rows] as they are where the device
+    has the fused bf16 -> float32 GEMM, else their float32 copies (float32_weights)."""
+    W = model.get_output_embeddings().weight
+    rows = vocab_rows or W.shape[0]
+    if W.dtype in (torch.bfloat16, torch.float16) and fused_wide_matmul(W.device):
+        E = model.get_input_embeddings().weight if with_input else None
+        return True, W[:rows], (None if E is None else E[:rows])
+    return (False, *float32_weights(model, vocab_rows, with_input))
+
+
 class ReplayHead:
     """The output projection and the soft mixture of the update pass, with autograd and float32 results.
 
@@ -137,14 +148,7 @@ class ReplayHead:
     chunk of the update receives (torch.utils.checkpoint passes tensors)."""
 
     def __init__(self, model, vocab_rows: int | None = None, with_input: bool = False):
-        W = model.get_output_embeddings().weight
-        rows = vocab_rows or W.shape[0]
-        self.fused = W.dtype in (torch.bfloat16, torch.float16) and fused_wide_matmul(W.device)
-        if self.fused:
-            E = model.get_input_embeddings().weight if with_input else None
-            self.W, self.E = W[:rows], (None if E is None else E[:rows])
-        else:
-            self.W, self.E = float32_weights(model, vocab_rows, with_input)
+        self.fused, self.W, self.E = head_weights(model, vocab_rows, with_input)
 
     @property
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -177,14 +181,7 @@ class Float32Head:
     the CPU's numbers are unchanged by this class."""
 
     def __init__(self, model, vocab_rows: int | None = None, with_input: bool = False):
-        W = model.get_output_embeddings().weight
-        rows = vocab_rows or W.shape[0]
-        self.fused = W.dtype in (torch.bfloat16, torch.float16) and fused_wide_matmul(W.device)
-        if self.fused:
-            E = model.get_input_embeddings().weight if with_input else None
-            self.W, self.E = W[:rows], (None if E is None else E[:rows])
-        else:
-            self.W, self.E = float32_weights(model, vocab_rows, with_input)
+        self.fused, self.W, self.E = head_weights(model, vocab_rows, with_input)
         self.dtype = torch.float32 if self.fused else self.W.dtype  # of the results
 
     @property
