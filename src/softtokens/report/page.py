@@ -18,6 +18,7 @@ from softtokens.report import claims, forecast, judging, ledger, reproduction
 from softtokens.report.paper import (
     CELL_KEYS,
     PAPER_RESULTS,
+    PAPER_SEEDS,
     SOURCE,
     TABLES,
     load_paper_results,
@@ -30,13 +31,17 @@ from softtokens.run.provenance import Provenance
 MISSING = "missing"
 
 
-def _pm(mean, std, n=None, digits=1) -> str:
+def _pm(mean, std, n=None, digits=1, show_n: bool = True) -> str:
     """mean ± std (n=k); a single seed or evaluation has no spread to print (n=1, no ±)."""
     if pd.isna(mean):
         return MISSING
     single = n is not None and not pd.isna(n) and int(n) < 2
     sd = "" if pd.isna(std) or single else f" ± {std:.{digits}f}"
-    return f"{mean:.{digits}f}{sd}" + (f" (n={int(n)})" if n is not None and not pd.isna(n) else "")
+    return f"{mean:.{digits}f}{sd}" + (f" (n={int(n)})" if show_n and n is not None and not pd.isna(n) else "")
+
+
+def _paper_seeds(train_mode: str, variant: str) -> int:
+    return PAPER_SEEDS["base"] if train_mode == "none" else PAPER_SEEDS["ablation" if variant else "main"]
 
 
 def _training(r) -> str:
@@ -50,7 +55,8 @@ def cell_table(comparison: pd.DataFrame) -> pd.DataFrame:
         "model": comparison.model, "training": comparison.apply(_training, axis=1),
         "variant": comparison.paper_variant.replace("", "-"), "benchmark": comparison.benchmark,
         "setting": comparison.setting, "metric": comparison.metric,
-        "paper": [_pm(m, s, digits=d) for m, s, d in zip(comparison.paper_mean, comparison.paper_std, digits)],
+        "paper": [_pm(m, s, _paper_seeds(t, v), d, show_n=False) for m, s, t, v, d in
+                  zip(comparison.paper_mean, comparison.paper_std, comparison.train_mode, comparison.variant, digits)],
         "ours": [_pm(m, s, n, d) for m, s, n, d in zip(comparison.ours_mean, comparison.ours_std, comparison.ours_n, digits)],
         "diff": ["" if pd.isna(x) else f"{x:+.{d}f}" for x, d in zip(comparison["diff"], digits)],
         f"within {reproduction.Z:g} se (unpaired)": ["—" if w is None else ("yes" if w else "no")
@@ -66,8 +72,10 @@ def conflict_frame(conflicts: pd.DataFrame) -> pd.DataFrame:
         rec = dict(zip(CELL_KEYS, key))
         rows.append({"model": rec["model"], "training": _training(rec), "benchmark": rec["benchmark"],
                      "setting": rec["setting"], "metric": rec["metric"],
-                     "numbers": "; ".join(f"{t}: {_pm(m, s_)}" + (" (used)" if u else "")
-                                          for t, m, s_, u in zip(sub.table, sub["mean"], sub["std"], sub.used))})
+                     "numbers": "; ".join(f"{t}: {_pm(m, s_, _paper_seeds(rec['train_mode'], v), show_n=False)}"
+                                          + (" (used)" if u else "")
+                                          for t, m, s_, v, u in zip(sub.table, sub["mean"], sub["std"], sub.variant,
+                                                                    sub.used))})
     return pd.DataFrame(rows)
 
 
