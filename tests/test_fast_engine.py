@@ -211,6 +211,38 @@ def test_fixed_shapes_and_check_interval_change_nothing(tiny_model, toy_tokenize
 
 
 @pytest.mark.parametrize("head", list(HEADS))
+@pytest.mark.parametrize("name", ["hard_sample", "fuzzy_sample"])
+def test_length_bucketed_windows_change_nothing(monkeypatch, tiny_model, toy_tokenizer, toy_rows, name, head):
+    """The fixed-shape step reads the cache up to the smallest bucket that holds every live row through
+    the steps of a host look (on CUDA, one captured graph per bucket): with buckets of 16 columns a
+    rollout crosses several, and its tokens, phases and inputs are those of the every-column read, in a
+    batch and with slots refilled."""
+    import softtokens.engine.decode_run as decode_run
+
+    setting, head = INFERENCE_SETTINGS[name], HEADS[head]
+    args = (_prompts(toy_rows["test"], 5, head), setting, _sigma(setting), [7, 8, 9, 10, 11], 30, 4)
+    whole = _engine(tiny_model, toy_tokenizer, head, check_every=5, fixed_shapes=True).generate(
+        *args, answer_temperature=1.0)
+    windows = []
+    real_steps = decode_run.DecodeRun.steps
+
+    def spy(self, count):
+        real_steps(self, count)
+        windows.append(self.cache.window)
+
+    monkeypatch.setattr(decode_run, "WINDOW_BUCKET", 16)
+    monkeypatch.setattr(decode_run.DecodeRun, "steps", spy)
+    bucketed = _engine(tiny_model, toy_tokenizer, head, check_every=5, fixed_shapes=True).generate(
+        *args, answer_temperature=1.0)
+    assert len(set(windows)) >= 3 and windows == sorted(windows) and all(w % 16 == 0 or w == windows[-1] for w in windows)
+    assert torch.equal(whole.step_ids, bucketed.step_ids) and torch.equal(whole.step_phase, bucketed.step_phase)
+    assert whole.completions == bucketed.completions
+    if whole.noisy_inputs is not None:
+        torch.testing.assert_close(whole.noisy_inputs, bucketed.noisy_inputs, atol=1e-5, rtol=0)
+    assert decode_run.window_buckets(40, 16) == [16, 32, 40]
+
+
+@pytest.mark.parametrize("head", list(HEADS))
 @pytest.mark.parametrize("name", ["hard_sample", "soft_sample"])
 def test_stream_with_refill_equals_one_batch(tiny_model, toy_tokenizer, toy_rows, name, head):
     """Nine jobs through 3 slots (refilled as rows finish, one at a time or two at a time; 2

@@ -24,6 +24,17 @@ from softtokens.engine.step_inputs import StepInputs
 from softtokens.engine.step_record import StepRecord
 from softtokens.model.head import Float32Head, decoder_hidden
 
+# The attention of a fixed-shape decode step (the CUDA-graph path) reads the cache up to a window of
+# columns: the smallest bucket (a multiple of WINDOW_BUCKET) that holds every live row through the steps
+# a host look covers, not every preallocated column (which read ~25 % of the bandwidth at the start of
+# a CoT on an H100; docs/gpu.md). One graph is captured per bucket.
+WINDOW_BUCKET = 256
+
+
+def window_buckets(max_len: int, bucket: int = WINDOW_BUCKET) -> list[int]:
+    """The read windows of a cache of ``max_len`` columns: every multiple of ``bucket`` below it, and it."""
+    return [w for w in range(bucket, max_len, bucket)] + [max_len]
+
 
 class DecodeRun:
     """Admit prompts into free slots, step every slot, harvest finished rows. ``engine`` is a
@@ -65,13 +76,14 @@ class DecodeRun:
                        if self.inputs.needs_hidden else None)
         self._live_host = torch.zeros(slots, dtype=torch.bool)
         self._length_bound = [0] * slots  # host-side upper bound of each slot's cache length
-        self._graph = None
+        self._graphs: dict[int, object] = {}  # read window -> the decode step captured with it
         self.fixed_shapes = engine.fixed_shapes
         engine.graph_status = "not on CUDA" if dev.type != "cuda" else "CUDA graphs off"
         if self.fixed_shapes:
+            self.buckets = window_buckets(self.cache.max_len, max(16, WINDOW_BUCKET // 16 * 16))
             self.cache.window = self.cache.max_len
             if dev.type == "cuda" and engine.cuda_graphs:
-                self._graph = self._capture()
+                self._graphs = self._capture_all()
 
     def _cache(self, slots: int, columns: int, shared: list[int]) -> SlotKVCache:
         """The per-slot KV cache, with the prefix every prompt starts with prefilled once (kvcache.py)."""
@@ -137,38 +149,53 @@ class DecodeRun:
         return set(torch.nonzero(self._live_host).flatten().tolist())
 
     def steps(self, count: int) -> None:
-        """``count`` decode steps, then one host look at which rows are still running."""
-        for _ in range(count):
-            if self._graph is not None:
-                self._graph.replay()
-            elif self.fixed_shapes:
-                self._step()
-            else:
+        """``count`` decode steps, then one host look at which rows are still running. The attention
+        reads the columns some row can reach by the last of them: exactly that eagerly, the smallest
+        bucket that holds it with fixed shapes (the bucket's captured graph on CUDA)."""
+        if self.fixed_shapes:
+            need = min(self.cache.max_len, max(self._length_bound) + count + 1)
+            window = next(w for w in self.buckets if w >= need)
+            graph = self._graphs.get(window)
+            self.cache.window = window
+            for _ in range(count):
+                graph.replay() if graph is not None else self._step()
+            self._length_bound = [min(b + count, self.cache.max_len - 1) for b in self._length_bound]
+        else:
+            for _ in range(count):
                 self.cache.window = min(self.cache.max_len, max(self._length_bound) + 1)
                 self._step()
                 self._length_bound = [min(b + 1, self.cache.max_len - 1) for b in self._length_bound]
         self._live_host = (self.state.phase != DONE).cpu()
 
-    def _capture(self):
-        """One decode step captured in a CUDA graph, before any row is admitted: the warm-up and
-        capture steps then only touch what admission overwrites (logits, the cache column at
-        length 0, the discard column). A step that cannot be captured runs eagerly, with a warning."""
+    def _capture_all(self) -> dict[int, object]:
+        """One decode step captured in a CUDA graph per read window (buckets), before any row is
+        admitted: the warm-up and capture steps then only touch what admission overwrites (logits,
+        the cache column at length 0, the discard column). The graphs share one memory pool (they are
+        replayed one at a time). A step that cannot be captured runs eagerly, with a warning."""
+        graphs: dict[int, object] = {}
         try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
+            pool = None
+            for window in self.buckets:
+                self.cache.window = window
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    for _ in range(2):
+                        self._step()
+                torch.cuda.current_stream().wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
                     self._step()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self._step()
+                pool = graph.pool()
+                graphs[window] = graph
             self.engine.graph_status = "captured"
-            return graph
+            return graphs
         except Exception as err:  # a model whose forward syncs with the host cannot be captured
             self.engine.graph_status = f"not captured ({type(err).__name__}: {err}); ran eagerly"
             warnings.warn(f"decode step not captured in a CUDA graph ({type(err).__name__}: {err}); running eagerly")
-            return None
+            return {}
+        finally:
+            self.cache.window = self.cache.max_len
 
     def _step(self) -> None:
         """One decode step for every slot, the paper's loop: choose what each row is fed from its
