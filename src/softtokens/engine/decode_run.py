@@ -83,7 +83,7 @@ class DecodeRun:
             self.buckets = window_buckets(self.cache.max_len, max(16, WINDOW_BUCKET // 16 * 16))
             self.cache.window = self.cache.max_len
             if dev.type == "cuda" and engine.cuda_graphs:
-                self._graphs = self._capture_all()
+                self._graphs = capture_windows(self)
 
     def _cache(self, slots: int, columns: int, shared: list[int]) -> SlotKVCache:
         """The per-slot KV cache, with the prefix every prompt starts with prefilled once (kvcache.py)."""
@@ -167,36 +167,6 @@ class DecodeRun:
                 self._length_bound = [min(b + 1, self.cache.max_len - 1) for b in self._length_bound]
         self._live_host = (self.state.phase != DONE).cpu()
 
-    def _capture_all(self) -> dict[int, object]:
-        """One decode step captured in a CUDA graph per read window (buckets), before any row is
-        admitted: the warm-up and capture steps then only touch what admission overwrites (logits,
-        the cache column at length 0, the discard column). The graphs share one memory pool (they are
-        replayed one at a time). A step that cannot be captured runs eagerly, with a warning."""
-        graphs: dict[int, object] = {}
-        try:
-            pool = None
-            for window in self.buckets:
-                self.cache.window = window
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    for _ in range(2):
-                        self._step()
-                torch.cuda.current_stream().wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    self._step()
-                pool = graph.pool()
-                graphs[window] = graph
-            self.engine.graph_status = "captured"
-            return graphs
-        except Exception as err:  # a model whose forward syncs with the host cannot be captured
-            self.engine.graph_status = f"not captured ({type(err).__name__}: {err}); ran eagerly"
-            warnings.warn(f"decode step not captured in a CUDA graph ({type(err).__name__}: {err}); running eagerly")
-            return {}
-        finally:
-            self.cache.window = self.cache.max_len
-
     def _step(self) -> None:
         """One decode step for every slot, the paper's loop: choose what each row is fed from its
         current logits, record it, advance each row's state machine, run the model one position.
@@ -241,6 +211,37 @@ class DecodeRun:
                                    sigma=self.sigma, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
                                    cot_len=self.state.cot_pos.cpu(), stopped=self.state.stopped.cpu(),
                                    placement=self.placement, row_keys=self.row_keys.clone())
+
+
+def capture_windows(run: "DecodeRun") -> dict[int, object]:
+    """One decode step of ``run`` captured in a CUDA graph per read window (its buckets), before any row
+    is admitted: the warm-up and capture steps then only touch what admission overwrites (logits, the
+    cache column at length 0, the discard column). The graphs share one memory pool (they are replayed
+    one at a time). A step that cannot be captured runs eagerly, with a warning."""
+    graphs: dict[int, object] = {}
+    try:
+        pool = None
+        for window in run.buckets:
+            run.cache.window = window
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    run._step()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                run._step()
+            pool = graph.pool()
+            graphs[window] = graph
+        run.engine.graph_status = "captured"
+        return graphs
+    except Exception as err:  # a model whose forward syncs with the host cannot be captured
+        run.engine.graph_status = f"not captured ({type(err).__name__}: {err}); ran eagerly"
+        warnings.warn(f"decode step not captured in a CUDA graph ({type(err).__name__}: {err}); running eagerly")
+        return {}
+    finally:
+        run.cache.window = run.cache.max_len
 
 
 def first_occurrences(rows: list[list[int]]) -> tuple[list[int], list[int]]:
