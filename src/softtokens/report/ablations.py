@@ -89,7 +89,7 @@ def paper_rows(spec: dict, model: str, dataset: str, table: str | None = None) -
     """The paper's numbers for the same rows (paper.VARIANTS maps its labels to our variants):
     one row per table row, the nine columns as 'mean±std'; absent rows are left out. ``table``:
     the paper table to read first (PAPER_TABLE), others fill rows it lacks."""
-    from softtokens.report.paper import load_paper_results
+    from softtokens.report.paper import load_paper_results, paper_seeds
 
     paper = load_paper_results()
     paper = paper[(paper.model == model) & (paper.benchmark == dataset)]
@@ -109,7 +109,7 @@ def paper_rows(spec: dict, model: str, dataset: str, table: str | None = None) -
         for setting, metric, label in COLUMNS:
             want = "pass@1" if metric == "pass@1" else "pass@32"
             hit = sub[(sub.setting == setting) & (sub.metric == want)].drop_duplicates(["setting", "metric"])
-            seeds = 1 if row["mode"] == "none" else 2
+            seeds = paper_seeds(row["mode"], row.get("variant", ""))
             rec[label.replace("pass@n", "pass@32")] = (mean_std_text(hit["mean"].iloc[0], hit["std"].iloc[0], seeds)
                                                        if not hit.empty else "-")
         out.append(rec)

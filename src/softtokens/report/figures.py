@@ -34,16 +34,6 @@ def _save_fig(fig, path: Path, prov: Provenance) -> None:
         prov.write_sidecar(p)
 
 
-def _legend_outside(ax, title: str = "training") -> None:
-    """The legend right of the axes, never over the data."""
-    handles, labels = ax.get_legend_handles_labels()
-    if ax.get_legend() is not None:
-        ax.get_legend().remove()
-    if handles:
-        ax.legend(handles, labels, title=title, fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                  borderaxespad=0)
-
-
 # a line of the entropy profile is drawn where at least this many of its CoTs reach the position
 MIN_COTS = 10
 # training success is smoothed over about this share of a run's steps (at least 1, at most 50 steps)

@@ -18,10 +18,10 @@ from softtokens.report import claims, forecast, judging, ledger, reproduction
 from softtokens.report.paper import (
     CELL_KEYS,
     PAPER_RESULTS,
-    PAPER_SEEDS,
     SOURCE,
     TABLES,
     load_paper_results,
+    paper_seeds,
 )
 from softtokens.report.tables import main_settings, table_html
 from softtokens.run import paths
@@ -40,9 +40,6 @@ def _pm(mean, std, n=None, digits=1, show_n: bool = True) -> str:
     return f"{mean:.{digits}f}{sd}" + (f" (n={int(n)})" if show_n and n is not None and not pd.isna(n) else "")
 
 
-def _paper_seeds(train_mode: str, variant: str) -> int:
-    return PAPER_SEEDS["base"] if train_mode == "none" else PAPER_SEEDS["ablation" if variant else "main"]
-
 
 def _training(r) -> str:
     return "base" if r["train_mode"] == "none" else f"{r['train_dataset']} {r['train_mode']}"
@@ -55,7 +52,7 @@ def cell_table(comparison: pd.DataFrame) -> pd.DataFrame:
         "model": comparison.model, "training": comparison.apply(_training, axis=1),
         "variant": comparison.paper_variant.replace("", "-"), "benchmark": comparison.benchmark,
         "setting": comparison.setting, "metric": comparison.metric,
-        "paper": [_pm(m, s, _paper_seeds(t, v), d, show_n=False) for m, s, t, v, d in
+        "paper": [_pm(m, s, paper_seeds(t, v), d, show_n=False) for m, s, t, v, d in
                   zip(comparison.paper_mean, comparison.paper_std, comparison.train_mode, comparison.variant, digits)],
         "ours": [_pm(m, s, n, d) for m, s, n, d in zip(comparison.ours_mean, comparison.ours_std, comparison.ours_n, digits)],
         "diff": ["" if pd.isna(x) else f"{x:+.{d}f}" for x, d in zip(comparison["diff"], digits)],
@@ -72,7 +69,7 @@ def conflict_frame(conflicts: pd.DataFrame) -> pd.DataFrame:
         rec = dict(zip(CELL_KEYS, key))
         rows.append({"model": rec["model"], "training": _training(rec), "benchmark": rec["benchmark"],
                      "setting": rec["setting"], "metric": rec["metric"],
-                     "numbers": "; ".join(f"{t}: {_pm(m, s_, _paper_seeds(rec['train_mode'], v), show_n=False)}"
+                     "numbers": "; ".join(f"{t}: {_pm(m, s_, paper_seeds(rec['train_mode'], v), show_n=False)}"
                                           + (" (used)" if u else "")
                                           for t, m, s_, v, u in zip(sub.table, sub["mean"], sub["std"], sub.variant,
                                                                     sub.used))})

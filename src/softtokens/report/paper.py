@@ -43,6 +43,11 @@ VARIANTS = {
 }
 # seeds behind a published cell: 3 in the main tables, 2 in the ablations, 1 evaluation of a base model
 PAPER_SEEDS = {"main": 3, "ablation": 2, "base": 1}
+
+
+def paper_seeds(train_mode: str, variant: str = "") -> int:
+    """How many seeds (evaluations) a published cell averages (PAPER_SEEDS)."""
+    return PAPER_SEEDS["base"] if train_mode == "none" else PAPER_SEEDS["ablation" if variant else "main"]
 # the key of one cell; a cell may appear in several tables (Table 1's cells recur in the appendix)
 CELL_KEYS = ["model", "train_dataset", "train_mode", "variant", "benchmark", "setting", "metric"]
 
@@ -80,5 +85,5 @@ def admitted_sizes(paper: pd.DataFrame, benchmark: str, metric: str, sizes, deci
     "Which ARC-Challenge the paper scored")."""
     sub = paper[(paper.benchmark == benchmark) & (paper.metric == metric) & (paper.variant == "")]
     sub = sub.drop_duplicates(CELL_KEYS)
-    seeds = [PAPER_SEEDS["base"] if m == "none" else PAPER_SEEDS["main"] for m in sub.train_mode]
+    seeds = [paper_seeds(m) for m in sub.train_mode]
     return {n: sum(attainable(v, k * n, decimals) for v, k in zip(sub["mean"], seeds)) for n in sizes}

@@ -28,7 +28,7 @@ import math
 import pandas as pd
 
 from softtokens.data.sources import test_size
-from softtokens.report.paper import CELL_KEYS, PAPER_SEEDS, TABLES
+from softtokens.report.paper import CELL_KEYS, PAPER_SEEDS, TABLES, paper_seeds
 from softtokens.report.results import load_eval_frame, load_loglik_frame
 from softtokens.report.uncertainty import NLL_ROW_CV, Z, cell_se, proportion_var
 
@@ -136,8 +136,7 @@ def paper_cells(paper: pd.DataFrame, test_set: bool = True, precedence: tuple[st
     rank = {t: i for i, t in enumerate(precedence)}
     ordered = paper.assign(_rank=paper.table.map(lambda t: rank.get(t, len(rank)))).sort_values("_rank", kind="stable")
     cells = ordered.drop_duplicates(CELL_KEYS)[[*CELL_KEYS, "table", "mean", "std"]].copy()
-    cells["n"] = [PAPER_SEEDS["base"] if m == "none" else PAPER_SEEDS["ablation" if v else "main"]
-                  for m, v in zip(cells.train_mode, cells.variant)]
+    cells["n"] = [paper_seeds(m, v) for m, v in zip(cells.train_mode, cells.variant)]
     cells["sampling_var"] = [paper_sampling_var(b, m, x) if test_set else 0.0
                              for b, m, x in zip(cells.benchmark, cells.metric, cells["mean"])]
     cells["se"] = [cell_se(s, k, v) for s, k, v in zip(cells["std"], cells["n"], cells["sampling_var"])]
@@ -164,8 +163,7 @@ def compare(paper: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
     with one seed (spread unknown) counts its sampling variance only. An accuracy measured under
     another protocol than the paper's (generative, softtokens.ood) is shown but not compared."""
     out = paper.copy()
-    seeds = [PAPER_SEEDS["base"] if m == "none" else PAPER_SEEDS["ablation" if v else "main"]
-             for m, v in zip(out.train_mode, out.variant)]
+    seeds = [paper_seeds(m, v) for m, v in zip(out.train_mode, out.variant)]
     out["paper_se"] = [cell_se(s, k, paper_sampling_var(b, m, x)) for s, k, b, m, x in
                        zip(out["std"], seeds, out.benchmark, out.metric, out["mean"])]
     out = out.rename(columns={"mean": "paper_mean", "std": "paper_std"})

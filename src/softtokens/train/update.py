@@ -103,7 +103,7 @@ def check_replay(cfg, step: int, sums: UpdateSums) -> dict:
             f"step {step + 1}: the update pass does not reproduce the rollout it scores ({'; '.join(problems)}; "
             f"compute_dtype {cfg.compute_dtype}, {int(sums.cot_steps)} CoT steps). The gradient would not be the "
             "policy gradient of the rollouts: the step was not applied. See docs/engine.md, 'Replay consistency'.")
-    flipped_steps = sums.cot_steps * flips if gap is not None else 0
-    return {"replay_h0_gap": gap, "replay_h0_gap_flipped": sums.h0_gap_flipped / flipped_steps if flipped_steps else None,
+    at_flips = sums.h0_gap_flipped / sums.flips if gap is not None and sums.flips else None
+    return {"replay_h0_gap": gap, "replay_h0_gap_flipped": at_flips,
             "replay_argmax_mismatch": mismatch, "replay_argmax_flips": flips,  # near ties included
             "replay_flip_gap_max": sums.flip_gap_max}
