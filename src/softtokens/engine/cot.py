@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import torch
 
 from softtokens.data.prompt import PROMPT_HEAD
-from softtokens.engine import decode_forward
+from softtokens.engine import decode_forward, fused
 from softtokens.engine.base import CotEngineBase
 from softtokens.engine.decode_run import DecodeRun
 from softtokens.engine.rollout import Rollout, RowResult
@@ -39,10 +39,16 @@ class CotEngine(CotEngineBase):
     data.prompt.PROMPT_HEAD). The tokens a call's prompts all share with it are prefilled once
     per call and read once per decode step for the whole batch (kvcache.py); None turns it off. It is
     fixed text, not whatever a batch's prompts happen to share, so that a row's arithmetic does
-    not depend on the rows it is batched with."""
+    not depend on the rows it is batched with.
+
+    ``fuse_elementwise``: a decode layer's norms, residual adds, rotary and gated product compiled
+    into four kernels (fused.py); default: where the step is captured in CUDA graphs (there the
+    compiled kernels cost no host time per step), never on a CPU (the toy's numbers do not depend on
+    a compiler). ``fusion_status`` says whether it is on, or why not."""
 
     def __init__(self, model, tokenizer, check_every: int | None = None, fixed_shapes: bool | None = None,
-                 cuda_graphs: bool = True, shared_prefix: str | None = PROMPT_HEAD):
+                 cuda_graphs: bool = True, shared_prefix: str | None = PROMPT_HEAD,
+                 fuse_elementwise: bool | None = None):
         super().__init__(model, tokenizer)
         on_cuda = model.device.type == "cuda"
         self.check_every = check_every or (8 if on_cuda else 1)
@@ -53,6 +59,8 @@ class CotEngine(CotEngineBase):
         self.fast_forward = decode_forward.supports(model)
         # the decode step's attention: torch's fused kernel on CUDA, HF's eager arithmetic elsewhere
         self.attention = decode_forward.default_attention(model.device)
+        fuse = self.cuda_graphs if fuse_elementwise is None else fuse_elementwise
+        self.elementwise, self.fusion_status = fused.choose(model, fuse and self.fast_forward)
         # how the last decoding call ran: "captured" in a CUDA graph, or why not (gpu-check reports it)
         self.graph_status = "not run"
         self.shared_ids = tokenizer(shared_prefix)["input_ids"] if shared_prefix else []

@@ -27,6 +27,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from softtokens.engine.fused import EAGER, Elementwise
+
 FAMILIES = ("llama", "qwen2", "mistral")
 # how the decode step attends: "matmul", two batched matmuls with a float32 softmax (HF's eager
 # attention, bit for bit; the CPU path), or "sdpa", torch's fused attention kernel (the GPU path)
@@ -62,16 +64,6 @@ def supports(model) -> bool:
     layer = layers[0]
     return all(hasattr(layer, n) for n in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")) \
         and all(hasattr(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj"))
-
-
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """HF's LlamaRMSNorm / Qwen2RMSNorm: normalise in float32, scale in the input dtype (in float32
-    that is torch's fused rms_norm, which gives the same bits as HF's four operations)."""
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, x.shape[-1:], weight, eps)  # one kernel, the same bits as the four operations
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
 
 
 class _LayerWeights(NamedTuple):
@@ -110,17 +102,23 @@ class _LayerWeights(NamedTuple):
 class DecodeForward:
     """Callable (x (N, d), positions (N,), cache) -> final hidden states (N, d) of one position.
     The weights are read when it is made (once per decoding call): the model must not be
-    re-parameterised while it decodes (an optimizer's in-place update would be seen)."""
+    re-parameterised while it decodes (an optimizer's in-place update would be seen).
+    ``elementwise``: the norms, residual adds, rotary and gated product between the GEMMs, eager or
+    compiled into four kernels a layer (fused.py)."""
 
-    def __init__(self, model, max_len: int, attention: str = "matmul"):
+    def __init__(self, model, max_len: int, attention: str = "matmul", elementwise: Elementwise = EAGER):
         if attention not in ATTENTIONS:
             raise ValueError(f"attention {attention!r}: one of {', '.join(ATTENTIONS)}")
         self.attention = attention
+        self.elementwise = elementwise
         decoder = model.get_decoder()
         cfg = model.config
         layers = list(decoder.layers)
         self.weights = [_LayerWeights.of(layer) for layer in layers]
         self.norm, self.norm_eps = decoder.norm.weight, decoder.norm.variance_epsilon
+        # the residual add and the norm after it are one function (one kernel when fused): a layer's
+        # output is added and normed by the next layer's input norm, the last one's by the final norm
+        self.next_norms = [(w.norm1, w.eps1) for w in self.weights[1:]] + [(self.norm, self.norm_eps)]
         attn = layers[0].self_attn
         self.head_dim = attn.head_dim
         self.heads = cfg.num_attention_heads
@@ -130,36 +128,33 @@ class DecodeForward:
         positions = torch.arange(max_len, device=weight.device).unsqueeze(0)
         cos, sin = decoder.rotary_emb(weight[:1].unsqueeze(0), positions)  # the model's own tables
         half = self.head_dim // 2
-        self.half = half
         self.cos = cos[0]  # (max_len, head_dim), compute dtype
         # rotate_half(x) * sin = cat(-x2, x1) * sin = roll(x, half) * cat(-sin1, sin2): negation is
         # exact and commutes with the product, so this is HF's rotation bit for bit, in fewer calls
         self.sin_signed = torch.cat((-sin[0][:, :half], sin[0][:, half:]), dim=-1)
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
-        n, D, H, Hk, half = x.shape[0], self.head_dim, self.heads, self.kv_heads, self.half
+        n, D, H, Hk = x.shape[0], self.head_dim, self.heads, self.kv_heads
         cos, sin = self.cos[positions].unsqueeze(1), self.sin_signed[positions].unsqueeze(1)  # (N, 1, D)
         mask = cache.decode_mask(x.dtype).view(n, 1, 1, -1)  # (N, 1, 1, W)
         write_at = cache.decode_index(Hk)
         P, G = cache.shared, H // Hk
-        h = x
-        for i, w in enumerate(self.weights):
-            r = _rms_norm(h, w.norm1, w.eps1)
+        ew, layers = self.elementwise, self.weights
+        h, r = x, ew.rms_norm(x, layers[0].norm1, layers[0].eps1)
+        for i, (w, (next_norm, next_eps)) in enumerate(zip(layers, self.next_norms)):
             q = F.linear(r, w.q, w.q_bias).view(n, H, D)
             k = F.linear(r, w.k, w.k_bias).view(n, Hk, D)
-            q = q * cos + q.roll(half, -1) * sin
-            k = k * cos + k.roll(half, -1) * sin
+            q, k = ew.rotary(q, k, cos, sin)
             v = F.linear(r, w.v, w.v_bias).view(n, Hk, D)
             K, V = cache.write_decode(i, k.unsqueeze(2), v.unsqueeze(2), write_at)  # (N, Hk, W, D)
             if self.attention == "sdpa":
                 o = self._sdpa_attention(q.view(n, Hk, G, D), K, V, mask)
             else:
                 o = self._torch_attention(q.view(n, Hk, G, D), K, V, mask, cache.shared_attention[i] if P else None)
-            h = h + F.linear(o, w.o, w.o_bias)
-            r = _rms_norm(h, w.norm2, w.eps2)
-            gated = F.silu(F.linear(r, w.gate, w.gate_bias)) * F.linear(r, w.up, w.up_bias)
-            h = h + F.linear(gated, w.down, w.down_bias)
-        return _rms_norm(h, self.norm, self.norm_eps)
+            h, r = ew.add_rms_norm(h, F.linear(o, w.o, w.o_bias), w.norm2, w.eps2)
+            gated = ew.silu_mul(F.linear(r, w.gate, w.gate_bias), F.linear(r, w.up, w.up_bias))
+            h, r = ew.add_rms_norm(h, F.linear(gated, w.down, w.down_bias), next_norm, next_eps)
+        return r
 
     def _sdpa_attention(self, q, K, V, mask) -> torch.Tensor:
         """The same attention as one fused kernel per call (``scaled_dot_product_attention``): the

@@ -61,7 +61,8 @@ class DecodeRun:
         self.max_steps = S = cot_max + engine.max_prefill + answer_max
         self.cache = self._cache(slots, max_prompt + S + 1, shared)
         # one position of the decoder as plain tensor operations where the architecture allows
-        self.forward = DecodeForward(model, self.cache.max_len, engine.attention) if engine.fast_forward else None
+        self.forward = (DecodeForward(model, self.cache.max_len, engine.attention, engine.elementwise)
+                        if engine.fast_forward else None)
         self.n = slots
         self.rows = torch.arange(slots, device=dev)
         self.state = RowStates(engine, slots, cot_max, answer_max, vocab, dev)

@@ -9,6 +9,7 @@ import statistics
 import torch
 
 from softtokens.data.toy import toy_splits
+from softtokens.engine import fused
 from softtokens.engine.cot import CotEngine
 from softtokens.engine.settings import INFERENCE_SETTINGS
 from softtokens.gpucheck.measure import copy_bandwidth, gb, release, timed
@@ -41,7 +42,10 @@ def check_engine(report: Report, model, tok, shape: CheckShape, sigma: float, de
     prompt_len = int(engine.encode_prompts(prompts)[1].sum(1).max())
     out.update(rows=len(prompts), cot=cot, answer=answer, prompt_tokens=prompt_len,
                copy_bandwidth_GBps=round(bandwidth / 1e9, 1), weights_GB=gb(weight_bytes),
-               attention=engine.attention, head=Float32Head(model, len(tok), with_input=True).path)
+               attention=engine.attention, head=Float32Head(model, len(tok), with_input=True).path,
+               elementwise=engine.fusion_status)
+    report.check(sec, "decode elementwise work fused (torch.compile, four kernels a layer)",
+                 engine.fusion_status.startswith("fused") if dev.type == "cuda" else None, engine.fusion_status)
     for name, setting in INFERENCE_SETTINGS.items():
         engine.generate(prompts, setting, sigma, seeds, min(8, cot), 2)  # warm-up: allocator, capture
         steps = cot + engine.max_prefill + answer
@@ -62,10 +66,13 @@ def check_engine(report: Report, model, tok, shape: CheckShape, sigma: float, de
 
     out["decode_curve"] = _decode_curve(engine, rows, sigma, shape, dev)
     report.write()
+    if engine.fusion_status.startswith("fused"):
+        out["fusion"] = _fusion_gain(report, engine, prompts, seeds, sigma, shape, dev)
+        report.write()
     _greedy_equals_hf(report, model, tok, rows, dev)
     short = min(cot, 32)
     if dev.type == "cuda":  # the captured step against the same step run eagerly, bit for bit
-        eager = CotEngine(model, tok, cuda_graphs=False)
+        eager = CotEngine(model, tok, cuda_graphs=False, fuse_elementwise=engine.elementwise is not fused.EAGER)
         for name in ("hard_sample", "soft_sample", "fuzzy_sample"):
             a = engine.generate(prompts, INFERENCE_SETTINGS[name], sigma, seeds, short, 4, answer_temperature=1.0)
             b = eager.generate(prompts, INFERENCE_SETTINGS[name], sigma, seeds, short, 4, answer_temperature=1.0)
@@ -108,6 +115,32 @@ def _decode_curve(engine: CotEngine, rows: list[dict], sigma: float, shape: Chec
         curve.append(point)
         print(f"[gpu-check] engine decode curve: {point}", flush=True)
     return curve
+
+
+def _fusion_gain(report: Report, engine: CotEngine, prompts, seeds, sigma: float, shape: CheckShape, dev) -> dict:
+    """The soft decode step of a training step's rows with the elementwise work fused (the engine's
+    default on CUDA) and not: ms per step of each, and the share of CoT tokens the two agree on
+    before their first difference (bf16: the norms' summation order may differ in the last bit, and
+    a near tie then flips)."""
+    sec, setting = "engine", INFERENCE_SETTINGS["soft_sample"]
+    plain = CotEngine(engine.model, engine.tokenizer, fuse_elementwise=False)
+    cot = min(shape.rl["cot_max_tokens"], DECODE_CURVE_COT)
+    steps = cot + engine.max_prefill + 2
+    ms, ids = {}, {}
+    for name, e in (("fused", engine), ("eager", plain)):
+        e.generate(prompts, setting, sigma, seeds, min(8, cot), 2)  # warm-up: allocator, capture
+        seconds = statistics.median(timed(lambda: e.generate(prompts, setting, sigma, seeds, cot, 2), dev)
+                                    for _ in range(shape.repeats))
+        ms[name] = round(1e3 * seconds / steps, 3)
+        ids[name] = e.generate(prompts, setting, sigma, seeds, cot, 2).step_ids[:, :cot]
+    agree = (ids["fused"] == ids["eager"]).float().cumprod(-1).sum(-1)
+    out = {"setting": "soft_sample", "rows": len(prompts), "ms_per_step": ms,
+           "fused_over_eager": round(ms["fused"] / ms["eager"], 3),
+           "token_agreement": round(float(agree.sum() / agree.numel() / cot), 4)}
+    report.check(sec, "fused elementwise decode step no slower than the eager one", ms["fused"] <= ms["eager"],
+                 out["fused_over_eager"], "<= 1.0 (ms per step, fused / eager)")
+    print(f"[gpu-check] engine fusion: {out}", flush=True)
+    return out
 
 
 @torch.no_grad()
