@@ -242,6 +242,40 @@ def test_length_bucketed_windows_change_nothing(monkeypatch, tiny_model, toy_tok
     assert decode_run.window_buckets(40, 16) == [16, 32, 40]
 
 
+@pytest.mark.parametrize("name", ["hard_sample", "fuzzy_sample"])
+def test_length_bucketed_windows_on_the_paper_path(monkeypatch, toy_tokenizer, toy_rows, name):
+    """The paper grid's decode step: bf16 weights, the fused attention kernel (SDPA, here the CPU's),
+    fixed shapes. Read through buckets of 16 columns, its rollout is the every-column read's: the
+    same tokens and phases, and the same fed inputs to bf16 rounding."""
+    import softtokens.engine.decode_run as decode_run
+
+    model = make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=3)
+    setting = INFERENCE_SETTINGS[name]
+    args = (_prompts(toy_rows["test"], 5, LONG_HEAD), setting, _sigma(setting), [7, 8, 9, 10, 11], 30, 4)
+
+    def rollout():
+        engine = _engine(model, toy_tokenizer, LONG_HEAD, check_every=5, fixed_shapes=True)
+        engine.attention = "sdpa"
+        return engine.generate(*args, answer_temperature=1.0)
+
+    whole = rollout()
+    monkeypatch.setattr(decode_run, "WINDOW_BUCKET", 16)
+    windows = []
+    real_steps = decode_run.DecodeRun.steps
+
+    def spy(self, count):
+        real_steps(self, count)
+        windows.append(self.cache.window)
+
+    monkeypatch.setattr(decode_run.DecodeRun, "steps", spy)
+    bucketed = rollout()
+    assert len(set(windows)) >= 3
+    assert torch.equal(whole.step_ids, bucketed.step_ids) and torch.equal(whole.step_phase, bucketed.step_phase)
+    assert whole.completions == bucketed.completions
+    if whole.noisy_inputs is not None:
+        torch.testing.assert_close(whole.noisy_inputs, bucketed.noisy_inputs, atol=1e-2, rtol=0)
+
+
 @pytest.mark.parametrize("head", list(HEADS))
 @pytest.mark.parametrize("name", ["hard_sample", "soft_sample"])
 def test_stream_with_refill_equals_one_batch(tiny_model, toy_tokenizer, toy_rows, name, head):

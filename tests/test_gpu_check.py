@@ -222,5 +222,5 @@ def test_wide_matmul_gradients_by_hand(monkeypatch):
     torch.testing.assert_close(a.grad, grad @ b.detach().float().T, rtol=0, atol=1e-3)
     assert a.grad.dtype == torch.float32 and b.grad.dtype == torch.bfloat16
     torch.testing.assert_close(b.grad.float(), (a.detach().T @ grad).bfloat16().float(), rtol=1e-2, atol=1e-2)
-    both = wide_mm(torch.randn(3, 5), torch.randn(5, 2))   # both float32: three GEMMs
+    both = wide_mm(torch.randn(3, 5), torch.randn(5, 2))   # both float32: a and its remainder in one GEMM, b's remainder in another
     assert both.dtype == torch.float32

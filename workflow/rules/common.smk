@@ -8,6 +8,7 @@ from snakemake.exceptions import WorkflowError
 
 from softtokens.data.sources import check_local_sources, loader_kind
 from softtokens.run import paths
+from softtokens.run.names import alternation
 from softtokens.run.paths import ALL_SETTINGS, EVAL_JOB, RUN_JOB
 from softtokens.run.config import check_config
 from softtokens.run.jobs import GridJobs
@@ -97,13 +98,6 @@ FIGURE_KINDS = {
     "passk": ("pass@k figures", "figure_passk.rst"),
     "entropy": ("CoT entropy figures", "figure_entropy.rst"),
 }
-
-
-def alternatives(names):
-    """A wildcard constraint matching exactly these names (a rule of one grid's tables or figures)."""
-    import re
-
-    return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) or "(?!)"
 
 
 def table_outputs(name, caption):

@@ -34,7 +34,7 @@ rule settings_table:
         out_dir=output_parent,
         table=lambda w: paths.settings_table(w.benchmark),
     wildcard_constraints:
-        benchmark=alternatives(EVAL["benchmarks"]),
+        benchmark=alternation(EVAL["benchmarks"]),
     resources:
         **resources("cpu"),
     conda:
@@ -79,7 +79,7 @@ rule training_figure:
         settings=lambda w: JOBS.figure_settings(f"training_{w.figure}"),
         out_dir=output_parent,
     wildcard_constraints:
-        figure=alternatives(JOBS.figure_keys("training")),
+        figure=alternation(JOBS.figure_keys("training")),
     resources:
         **resources("cpu"),
     conda:
@@ -103,7 +103,7 @@ rule passk_figure:
         settings=lambda w: JOBS.figure_settings(f"passk_{w.figure}"),
         out_dir=output_parent,
     wildcard_constraints:
-        figure=alternatives(JOBS.figure_keys("passk")),
+        figure=alternation(JOBS.figure_keys("passk")),
     resources:
         **resources("cpu"),
     conda:
@@ -127,7 +127,7 @@ rule entropy_figure:
         settings=lambda w: JOBS.figure_settings(f"entropy_{w.figure}"),
         out_dir=output_parent,
     wildcard_constraints:
-        figure=alternatives(JOBS.figure_keys("entropy")),
+        figure=alternation(JOBS.figure_keys("entropy")),
     resources:
         **resources("cpu"),
     conda:

@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from tqdm import tqdm
 
@@ -322,15 +322,23 @@ def check_generated_golds(name: str, rows: list[dict]) -> None:
         raise ValueError(f"dataset {name!r}: generated gold answers the reward cannot grade: {bad}")
 
 
-def loader_kind(loader: str) -> tuple[str, tuple[str, ...]]:
-    """(math | multiple_choice, the splits it has: 'train' feeds train + validation) of a loader,
-    the generated toy ones included: what config checks and the workflow plan from."""
+class LoaderKind(NamedTuple):
+    """What config checks and the workflow plan from, per loader."""
+
+    kind: str                  # math | multiple_choice
+    splits: tuple[str, ...]    # the splits it has: 'train' feeds train + validation
+    generated: bool            # its rows are made by the workflow (data.toy): no hub id or local copy is read
+
+
+def loader_kind(loader: str) -> LoaderKind:
+    """A loader's kind, splits and whether it is generated, the toy ones included (run.config.check_config
+    is handed this: the data layer's registry of loaders is the one list)."""
     if loader in GENERATED:
-        return GENERATED[loader]
+        return LoaderKind(*GENERATED[loader], generated=True)
     if loader not in SOURCES:
         raise KeyError(f"{loader!r} is not one of {', '.join(LOADERS)}")
     source = SOURCES[loader]
-    return source.kind, tuple(source.splits)
+    return LoaderKind(source.kind, tuple(source.splits), generated=False)
 
 
 def check_local_sources(config: dict, grid_name: str) -> None:

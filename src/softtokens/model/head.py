@@ -72,20 +72,6 @@ def fused_wide_matmul(device: torch.device) -> bool:
     return _FUSED_OK[key]
 
 
-def _mm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(n, k) @ (k, m) -> float32, b in bf16 / fp16, one fused GEMM (fused_wide_matmul). An ``a``
-    wider than ``b`` (float32 probabilities, a noised float32 hidden state) is split into its
-    rounding to b's dtype plus the remainder, both multiplied in the one GEMM: the result carries
-    ~16 bits of a's mantissa instead of 8 (relative error ~2^-17 per term), and each product is
-    exact and summed in float32."""
-    if a.dtype == b.dtype:
-        return torch.mm(a, b, out_dtype=torch.float32)
-    hi = a.to(b.dtype)
-    lo = (a - hi.to(a.dtype)).to(b.dtype)
-    both = torch.mm(torch.cat((hi, lo)), b, out_dtype=torch.float32)  # (2n, m)
-    return both[: a.shape[0]] + both[a.shape[0]:]
-
-
 def _split(x: torch.Tensor, low: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A matrix as (its rounding to ``low``, the remainder in ``low``), or (it, None) when it is ``low``."""
     if x.dtype == low:
@@ -95,15 +81,19 @@ def _split(x: torch.Tensor, low: torch.dtype) -> tuple[torch.Tensor, torch.Tenso
 
 
 def wide_mm(a: torch.Tensor, b: torch.Tensor, low: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """(n, k) @ (k, m) -> float32 from GEMMs of ``low`` (bf16) operands with a float32 result (one fused
-    kernel each: fused_wide_matmul). A float32 operand is split into its bf16 rounding plus the remainder
-    (~16 bits of its mantissa kept): bf16 x bf16 is one GEMM, a float32 side two, both float32 three
-    (the remainder x remainder product, ~2^-16 of the result, is left out)."""
+    """(n, k) @ (k, m) -> float32 from GEMMs of ``low`` (bf16 / fp16, the weights' dtype) operands with a
+    float32 result (fused_wide_matmul). An operand wider than ``low`` (float32 probabilities, a noised
+    float32 hidden state, a float32 gradient) is split into its rounding to ``low`` plus the remainder: the
+    result carries ~16 bits of its mantissa instead of 8, each product exact and summed in float32. A wide
+    ``a`` and its remainder share one GEMM (the decode step's mixture: one launch); a wide ``b`` adds one;
+    the remainder x remainder product (~2^-16 of the result) is left out."""
     a_hi, a_lo = _split(a, low)
     b_hi, b_lo = _split(b, low)
-    out = torch.mm(a_hi, b_hi, out_dtype=torch.float32)
-    if a_lo is not None:
-        out = out + torch.mm(a_lo, b_hi, out_dtype=torch.float32)
+    if a_lo is None:
+        out = torch.mm(a_hi, b_hi, out_dtype=torch.float32)
+    else:
+        both = torch.mm(torch.cat((a_hi, a_lo)), b_hi, out_dtype=torch.float32)  # (2n, m)
+        out = both[: a.shape[0]] + both[a.shape[0]:]
     if b_lo is not None:
         out = out + torch.mm(a_hi, b_lo, out_dtype=torch.float32)
     return out
@@ -113,18 +103,19 @@ class WideMatmul(torch.autograd.Function):
     """a @ b with a float32 result from bf16 GEMMs, forward and backward (wide_mm), for the update pass's
     output head and soft mixture: the bf16 W and E are read as they are, with no float32 copy of a
     128k x 3k matrix and its gradient (1.5 GB each), and the GEMMs run at bf16's rate, not float32's.
-    Each gradient comes back in its operand's dtype."""
+    ``b`` is the weight (bf16 / fp16: the GEMMs' operand dtype). Each gradient comes back in its operand's
+    dtype. Without autograd (decoding, Float32Head) it is wide_mm."""
 
     @staticmethod
     def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(a, b)
-        return wide_mm(a, b)
+        return wide_mm(a, b, b.dtype)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         a, b = ctx.saved_tensors
-        grad_a = wide_mm(grad, b.T).to(a.dtype) if ctx.needs_input_grad[0] else None
-        grad_b = wide_mm(a.T, grad).to(b.dtype) if ctx.needs_input_grad[1] else None
+        grad_a = wide_mm(grad, b.T, b.dtype).to(a.dtype) if ctx.needs_input_grad[0] else None
+        grad_b = wide_mm(a.T, grad, b.dtype).to(b.dtype) if ctx.needs_input_grad[1] else None
         return grad_a, grad_b
 
 
@@ -156,15 +147,16 @@ class ReplayHead:
 
 
 def head_logits(hidden: torch.Tensor, W: torch.Tensor, fused: bool) -> torch.Tensor:
-    """(..., d) -> (..., V) float32 logits of the update pass (ReplayHead's W)."""
+    """(..., d) -> (..., V) float32 logits (head_weights' W): of the update pass (ReplayHead) and of
+    decoding (Float32Head). A float32 hidden state (noised, hidden placement) keeps ~16 bits (wide_mm)."""
     if fused:
-        flat = hidden.reshape(-1, hidden.shape[-1]).to(W.dtype)
+        flat = hidden.reshape(-1, hidden.shape[-1])
         return WideMatmul.apply(flat, W.T).view(*hidden.shape[:-1], -1)
     return hidden.to(W.dtype) @ W.T
 
 
 def head_mixture(probs: torch.Tensor, E: torch.Tensor, fused: bool) -> torch.Tensor:
-    """(..., V) float32 weights -> (..., d) float32 p @ E of the update pass (ReplayHead's E)."""
+    """(..., V) float32 weights -> (..., d) float32 p @ E (head_weights' E), of the update pass and of decoding."""
     if fused:
         flat = probs.reshape(-1, probs.shape[-1])
         return WideMatmul.apply(flat, E).view(*probs.shape[:-1], -1)
@@ -190,13 +182,8 @@ class Float32Head:
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., d) -> (..., V) float32 logits."""
-        if self.fused:
-            flat = hidden.reshape(-1, hidden.shape[-1])
-            return _mm_float32(flat, self.W.T).view(*hidden.shape[:-1], -1)
-        return hidden.to(self.W.dtype) @ self.W.T
+        return head_logits(hidden, self.W, self.fused)
 
     def mixture(self, probs: torch.Tensor) -> torch.Tensor:
         """(N, V) float32 weights -> (N, d) float32 p @ E."""
-        if self.fused:
-            return _mm_float32(probs, self.E)
-        return probs.to(self.E.dtype) @ self.E
+        return head_mixture(probs, self.E, self.fused)

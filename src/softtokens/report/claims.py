@@ -352,11 +352,12 @@ def judge_paper_claims(paper: pd.DataFrame, precedence: tuple[str, ...] = TABLE_
     return [both_ends(a, b) for a, b in zip(*ends.values())]
 
 
-def precedence_sensitivity(paper: pd.DataFrame) -> list[tuple[str, str, str]]:
+def precedence_sensitivity(paper: pd.DataFrame, first: list[Claim] | None = None) -> list[tuple[str, str, str]]:
     """(claim, verdict with Table 1's numbers first, verdict with the appendix tables' first) for
     every claim whose verdict on the paper's numbers changes with which table a disagreeing cell
-    is read from: empty when no verdict depends on that choice."""
-    first = judge_paper_claims(paper)
+    is read from: empty when no verdict depends on that choice. ``first``: the claims already judged
+    in TABLE_PRECEDENCE's order (judge_paper_claims), when the caller has them."""
+    first = judge_paper_claims(paper) if first is None else first
     appendix_first = tuple(t for t in TABLE_PRECEDENCE if t != "tab:main") + ("tab:main",)
     other = judge_paper_claims(paper, appendix_first)
     return [(a.key, a.verdict, b.verdict) for a, b in zip(first, other) if a.verdict != b.verdict]

@@ -219,7 +219,6 @@ def entropy_figure(plt, sns, sub: pd.DataFrame, palette: dict):
     trainings = [m for m in MODE_ORDER if m in set(sub.train_mode)]
     reached = sub.groupby(["setting", "train_mode", "position"])["cots"].transform("sum")
     shown = sub[reached >= MIN_COTS]
-    counts = []
     for r, row in enumerate(rows):
         for c, col in enumerate(cols):
             ax, name = axes[r][c], at.get((col, row))
@@ -235,7 +234,6 @@ def entropy_figure(plt, sns, sub: pd.DataFrame, palette: dict):
             twin.tick_params(labelsize="x-small", colors="0.5", labelright=c == len(cols) - 1)
             if c == len(cols) - 1:
                 twin.set_ylabel("CoTs reaching the position", color="0.5", fontsize="small")
-            counts.append(twin)
             ax.set_zorder(twin.get_zorder() + 1)
             ax.patch.set_visible(False)
             trained = s[s.train_mode != "none"]

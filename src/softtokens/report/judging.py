@@ -15,13 +15,13 @@ import pandas as pd
 from softtokens.report import uncertainty
 from softtokens.report.paper import CELL_KEYS
 from softtokens.report.uncertainty import Spread
-from softtokens.run.names import CONTINUOUS_MODES, MODES, TABLE_SETTINGS, setting_mode
+from softtokens.run.names import CONTINUOUS_MODES, MODES, settings_of
 
 TRAINED = MODES
 CONTINUOUS = CONTINUOUS_MODES
 # the settings whose CoT is hard, and the others (soft or fuzzy CoTs), in the tables' order
-HARD_SETTINGS = tuple(s for s in TABLE_SETTINGS if setting_mode(s) == "hard")
-OTHER_SETTINGS = tuple(s for s in TABLE_SETTINGS if setting_mode(s) != "hard")
+HARD_SETTINGS = settings_of(("hard",))
+OTHER_SETTINGS = settings_of(CONTINUOUS_MODES)
 
 SUPPORTED, NOT_SUPPORTED, NOT_MEASURED = "supported", "not supported", "not yet measured"
 DEPENDS = "depends on the test-set term"

@@ -102,11 +102,12 @@ def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
     if settings.get("config") and not jobs.empty:
         predicted = forecast.forecast_jobs(settings["config"], settings["grid"])
         vs_forecast = forecast.vs_actual(predicted, jobs)
+    claims_paper = claims.judge_paper_claims(paper)
     return {"forecast": vs_forecast, "paper": paper, "seeds": seeds, "ours": ours, "comparison": comparison,
             "claims_ours": claims.judge_claims(ours, judging.entropy_rows(eval_paths)),
-            "claims_paper": claims.judge_paper_claims(paper),
+            "claims_paper": claims_paper,
             "conflicts": reproduction.paper_conflicts(paper),
-            "precedence_sensitivity": claims.precedence_sensitivity(paper),
+            "precedence_sensitivity": claims.precedence_sensitivity(paper, claims_paper),
             "jobs": jobs, "cell_costs": cells, "table_costs": tables}
 
 

@@ -33,7 +33,7 @@ from softtokens.report.results import load_eval_frame, load_loglik_frame
 from softtokens.report.uncertainty import NLL_ROW_CV, Z, cell_se, proportion_var
 
 __all__ = ["NLL_ROW_CV", "Z", "cell_se", "proportion_var", "PAPER_SEEDS", "seed_rows", "aggregate", "paper_cells",
-           "paper_conflicts", "compare"]
+           "paper_conflicts", "compare", "with_spread"]
 
 # ---------------------------------------------------------------- our cells
 def seed_rows(eval_paths) -> pd.DataFrame:
@@ -135,15 +135,22 @@ def paper_cells(paper: pd.DataFrame, test_set: bool = True, precedence: tuple[st
     (the seeds alone: the strict end of a claim of similarity, report.claims); se."""
     rank = {t: i for i, t in enumerate(precedence)}
     ordered = paper.assign(_rank=paper.table.map(lambda t: rank.get(t, len(rank)))).sort_values("_rank", kind="stable")
-    cells = ordered.drop_duplicates(CELL_KEYS)[[*CELL_KEYS, "table", "mean", "std"]].copy()
-    cells["n"] = [paper_seeds(m, v) for m, v in zip(cells.train_mode, cells.variant)]
-    cells["sampling_var"] = [paper_sampling_var(b, m, x) if test_set else 0.0
-                             for b, m, x in zip(cells.benchmark, cells.metric, cells["mean"])]
-    cells["se"] = [cell_se(s, k, v) for s, k, v in zip(cells["std"], cells["n"], cells["sampling_var"])]
+    cells = with_spread(ordered.drop_duplicates(CELL_KEYS)[[*CELL_KEYS, "table", "mean", "std"]], test_set)
     cells["values"] = None
     cells["questions"] = None
     cells["protocol"] = None
     return cells.reset_index(drop=True)
+
+
+def with_spread(paper: pd.DataFrame, test_set: bool = True) -> pd.DataFrame:
+    """Rows of the paper's numbers with their seeds ``n`` (paper_seeds), test-set variance
+    ``sampling_var`` (0 with ``test_set`` False) and standard error ``se``."""
+    out = paper.copy()
+    out["n"] = [paper_seeds(m, v) for m, v in zip(out.train_mode, out.variant)]
+    out["sampling_var"] = [paper_sampling_var(b, m, x) if test_set else 0.0
+                           for b, m, x in zip(out.benchmark, out.metric, out["mean"])]
+    out["se"] = [cell_se(s, k, v) for s, k, v in zip(out["std"], out["n"], out["sampling_var"])]
+    return out
 
 
 def paper_sampling_var(benchmark: str, metric: str, mean: float) -> float:
@@ -162,10 +169,7 @@ def compare(paper: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
     Z sqrt(se_paper^2 + se_ours^2) (the paper's per-question results are not published), where ours
     with one seed (spread unknown) counts its sampling variance only. An accuracy measured under
     another protocol than the paper's (generative, softtokens.ood) is shown but not compared."""
-    out = paper.copy()
-    seeds = [paper_seeds(m, v) for m, v in zip(out.train_mode, out.variant)]
-    out["paper_se"] = [cell_se(s, k, paper_sampling_var(b, m, x)) for s, k, b, m, x in
-                       zip(out["std"], seeds, out.benchmark, out.metric, out["mean"])]
+    out = paper.assign(paper_se=with_spread(paper)["se"])
     out = out.rename(columns={"mean": "paper_mean", "std": "paper_std"})
     mine = ours.rename(columns={"mean": "ours_mean", "std": "ours_std", "n": "ours_n", "se": "ours_se",
                                 "protocol": "ours_protocol"})

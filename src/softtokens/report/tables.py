@@ -15,7 +15,7 @@ import pandas as pd
 from softtokens.report.results import load_eval_frame, load_loglik_frame, main_cells, mean_std_text
 from softtokens.run import paths
 from softtokens.run.files import write_text
-from softtokens.run.names import TABLE_MODES, is_sampled, setting_decoding, setting_label, setting_mode, table_settings
+from softtokens.run.names import TABLE_MODES, is_sampled, setting_decoding, setting_label, settings_of, table_settings
 from softtokens.run.provenance import Provenance
 
 # rows: the base model ('none'), then the trainings in the paper's order
@@ -24,7 +24,7 @@ MODE_ORDER = ["none", *TABLE_MODES]
 
 def main_settings() -> list[str]:
     """Table 1's settings: those whose CoT is hard (run.names decides, in its order)."""
-    return [s for s in table_settings() if setting_mode(s) == "hard"]
+    return list(settings_of(("hard",)))
 
 
 def ood_caption(protocols: set[str]) -> str:

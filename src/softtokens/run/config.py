@@ -57,8 +57,7 @@ def resolved_logging(config: dict) -> dict:
     return {**LOGGING_DEFAULTS, **config.get("logging", {})}
 
 
-# loaders whose rows the workflow generates (data.toy), and the keys that say where a real dataset is read from
-GENERATED_LOADERS = ("toy", "toy_mc")
+# the keys that say where a real dataset is read from (a generated one, data.toy, reads none)
 SOURCE_KEYS = ("path", "source", "hf_config", "revision")
 
 
@@ -199,12 +198,12 @@ def resolve_grids(config: dict) -> dict:
     return config
 
 
-def check_config(config: dict, loader_kind: Callable[[str], tuple[str, tuple[str, ...]]],
+def check_config(config: dict, loader_kind: Callable,
                  config_files: Iterable[str | Path] = ()) -> None:
     """Schema, then the cross-references: the chosen grid exists, cells name known models and
     datasets that can train, benchmarks are datasets of the right kind with a test split, a
-    generated (toy) dataset names no hub or local source. ``loader_kind(loader) -> (kind, splits)``
-    is the data layer's (softtokens.data.sources): passed in, since this module sits below it.
+    generated (toy) dataset names no hub or local source. ``loader_kind(loader) -> (kind, splits,
+    generated)`` is the data layer's (softtokens.data.sources): passed in, since this module sits below it.
     ``config_files``: where the config was read from, for the line of a bad key."""
     resolve_grids(config)
     validate_schema(config, config_files)
@@ -224,7 +223,7 @@ def check_config(config: dict, loader_kind: Callable[[str], tuple[str, tuple[str
                 raise ConfigError(f"'grids.{name}.datasets.{d}': a dataset name cannot contain '-'")
             if d in ("base", "none"):  # 'base' names a base-only figure, 'none' the base in tables
                 raise ConfigError(f"'grids.{name}.datasets.{d}': {d!r} is reserved, pick another dataset name")
-            if datasets[d]["loader"] in GENERATED_LOADERS:
+            if kinds[d].generated:
                 unread = [k for k in SOURCE_KEYS if k in datasets[d]]
                 if unread:
                     raise ConfigError(f"'grids.{name}.datasets.{d}.{unread[0]}': loader {datasets[d]['loader']!r} "
@@ -236,7 +235,7 @@ def check_config(config: dict, loader_kind: Callable[[str], tuple[str, tuple[str
                 raise ConfigError(f"{where}.model': unknown model {cell['model']!r}")
             if cell["dataset"] not in datasets:
                 raise ConfigError(f"{where}.dataset': unknown dataset {cell['dataset']!r}")
-            kind, splits = kinds[cell["dataset"]]
+            kind, splits, _ = kinds[cell["dataset"]]
             if kind != "math" or "train" not in splits:
                 raise ConfigError(f"{where}.dataset': {cell['dataset']!r} has no training split to train on")
             if "validation_size" not in datasets[cell["dataset"]]:
@@ -270,7 +269,7 @@ def check_config(config: dict, loader_kind: Callable[[str], tuple[str, tuple[str
             for b in ev.get(key, []):
                 if b not in datasets:
                     raise ConfigError(f"'grids.{name}.evaluation.{key}': unknown dataset {b!r}")
-                kind, splits = kinds[b]
+                kind, splits, _ = kinds[b]
                 if kind != want or "test" not in splits:
                     raise ConfigError(f"'grids.{name}.evaluation.{key}': {b!r} is not a {want} set with a test split")
         if any(m["source"] == "toy" for m in models.values()):

@@ -43,6 +43,11 @@ def table_settings() -> tuple[str, ...]:
 TABLE_SETTINGS = table_settings()   # the tables' column order
 
 
+def settings_of(modes) -> tuple[str, ...]:
+    """The settings whose CoT is one of ``modes``, in the tables' order (Table 1's: those of 'hard')."""
+    return tuple(s for s in TABLE_SETTINGS if SETTINGS[s].mode in modes)
+
+
 def setting_mode(setting: str) -> str:
     """The CoT mode of an inference setting ('soft_sample' -> 'soft')."""
     return _spec(setting).mode
@@ -91,6 +96,11 @@ PLACEMENT_KEYS = ("noise_placement", "noise_top_k")
 
 VARIANT_RE = r"[A-Za-z0-9_.+-]+"
 MODE_RE = "|".join(MODES)
-# longest names first: an alternation tries them in order
-SETTING_RE = "|".join(re.escape(n) for n in sorted(SETTINGS, key=len, reverse=True))
+def alternation(names) -> str:
+    """A regular expression matching exactly one of ``names`` (longest first: an alternation tries them
+    in order); one that matches nothing for no names. Wildcard constraints and the path patterns use it."""
+    return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) or "(?!)"
+
+
+SETTING_RE = alternation(SETTINGS)
 ARM_RE = rf"(?:{MODE_RE})(?:@{VARIANT_RE})?"
