@@ -88,9 +88,24 @@ def _cell(df, **keys):
     return sel.iloc[0]
 
 
+def _interval(diff, parts, test_var):
+    """diff's 90% interval from seed parts [(variance, seeds)] and an exact test-set variance, by
+    Welch-Satterthwaite: df = total^2 / sum(v^2 / (n - 1)) over the seed parts."""
+    from scipy import stats
+
+    total = sum(v for v, _ in parts) + test_var
+    df = total ** 2 / sum(v * v / (n - 1) for v, n in parts) if parts else math.inf
+    half = (stats.t.ppf(0.95, df) if df < math.inf else stats.norm.ppf(0.95)) * math.sqrt(total)
+    return diff - half, diff + half
+
+
 def test_cells_beside_the_paper_with_hand_computed_verdicts(fixture):
-    """se^2 = std^2 / seeds + sampling variance: ours binomial over the file's 100 problems (no
-    per-problem rows in the fixture), the paper's binomial over its benchmark's size."""
+    """Ours against the paper's, unpaired, read as sameness within the margin (2.5 points, 0.1 nats):
+    *agrees* only when the 90% interval lies inside it, *differs* when it lies outside, undecided
+    otherwise. A seed part per side (ours: std^2 / seeds, 1 df with 2 seeds; the paper's: its ± read as
+    a population std, so std^2 / (3 - 1), 2 df) and a test-set part per side (ours binomial over the
+    file's 100 problems, the paper's over its benchmark's size). The old rule ('within 2 se') called
+    the greedy cell a match because 100 problems leave a wide error; now it is undecided."""
     paper = load_paper_results(fixture["paper"])
     ours = reproduction.aggregate(reproduction.seed_rows(fixture["evals"]))
     cmp = reproduction.compare(paper, ours)
@@ -98,50 +113,63 @@ def test_cells_beside_the_paper_with_hand_computed_verdicts(fixture):
 
     greedy = _cell(cmp, **base, benchmark="gsm8k", setting="hard_greedy", metric="pass@1")
     assert greedy.ours_mean == pytest.approx(72.0) and greedy.ours_std == pytest.approx(math.sqrt(8))
-    assert greedy["diff"] == pytest.approx(-3.9)
-    ours_var = 8 / 2 + (70 * 30 + 74 * 26) / 100 / 2  # seeds' variance / 2 + the seeds' mean sampling variance
-    paper_var = 1.3 ** 2 / 3 + 75.9 * 24.1 / 1319     # 1.9501
-    assert greedy.tolerance == pytest.approx(2 * math.sqrt(ours_var + paper_var))  # 10.22
-    assert greedy.within is True and greedy.ours_n == 2
+    assert greedy["diff"] == pytest.approx(-3.9) and greedy.margin == 2.5 and greedy.ours_n == 2
+    lo, hi = _interval(-3.9, [(8 / 2, 2), (1.3 ** 2 / 2, 3)], (70 * 30 + 74 * 26) / 100 / 2 + 75.9 * 24.1 / 1319)
+    assert (greedy.ci_low, greedy.ci_high) == (pytest.approx(lo), pytest.approx(hi))   # [-12.5, +4.7]
+    assert greedy.agreement == reproduction.UNDECIDED
 
     sample = _cell(cmp, **base, benchmark="gsm8k", setting="hard_sample", metric="pass@1")
-    # 61 vs 74.3: tolerance 2 sqrt(2/2 + (60*40 + 62*38)/200 + 0.8^2/3 + 74.3*25.7/1319) = 10.1 < 13.3
-    assert sample["diff"] == pytest.approx(-13.3) and sample.within is False
+    lo, hi = _interval(-13.3, [(2 / 2, 2), (0.8 ** 2 / 2, 3)], (60 * 40 + 62 * 38) / 200 + 74.3 * 25.7 / 1319)
+    assert sample["diff"] == pytest.approx(-13.3) and sample.ci_high == pytest.approx(hi) and hi < -2.5
+    assert sample.agreement == reproduction.DIFFERS                                     # [-21.8, -4.8]
     passk = _cell(cmp, **base, benchmark="gsm8k", setting="hard_sample", metric="pass@32")
-    assert passk.ours_mean == pytest.approx(91.0)
-    assert passk.tolerance == pytest.approx(2 * math.sqrt(2 / 2 + (90 * 10 + 92 * 8) / 200 + 0.09 / 3 + 94.1 * 5.9 / 1319))
-    assert passk.within is True  # 3.1 < 6.01: the sampling error of 100 problems
+    assert passk.ours_mean == pytest.approx(91.0) and passk.agreement == reproduction.UNDECIDED
 
     base_row = _cell(cmp, model="llama-3b", train_mode="none", benchmark="gsm8k", setting="hard_greedy", metric="pass@1")
-    # a base model: one evaluation, std 0, but its tolerance is the sampling error of its benchmark, not 0
-    assert base_row.ours_std == 0.0 and base_row.tolerance == pytest.approx(
-        2 * math.sqrt(71.4 * 28.6 / 100 + 71.4 * 28.6 / 1319)) and base_row.within is True
+    # a base model: one evaluation, no seed part, but its benchmark's sampling error: z, and not 'agrees'
+    lo, hi = _interval(0.0, [], 71.4 * 28.6 / 100 + 71.4 * 28.6 / 1319)
+    assert base_row.ours_std == 0.0 and base_row.ci_high == pytest.approx(hi) and base_row.agreement == reproduction.UNDECIDED
 
     nll = _cell(cmp, **base, benchmark="arc", setting="loglik", metric="nll_correct")
-    # the fixture's loglik files have no per-question rows: our sampling variance is unknown, so only
-    # the seeds (std 0.0141 / 2) and the paper's NLL spread (3.16 / sqrt(1172)) count
-    assert nll.ours_mean == pytest.approx(3.2)
-    assert nll.tolerance == pytest.approx(2 * math.sqrt(0.01 ** 2 / 3 + (3.16 ** 2) / 1172 + 0.0002 / 2))
-    assert nll.within is True
+    # the fixture's loglik files have no per-question rows: only ours' seeds (0.0002 / 2), the paper's
+    # seeds (0.01^2 / 2) and its NLL spread (3.16^2 / 1172); the margin is 0.1 nats
+    lo, hi = _interval(0.04, [(0.0002 / 2, 2), (0.01 ** 2 / 2, 3)], 3.16 ** 2 / 1172)
+    assert nll.ours_mean == pytest.approx(3.2) and nll.margin == 0.1
+    assert (nll.ci_low, nll.ci_high) == (pytest.approx(lo), pytest.approx(hi)) and nll.agreement == reproduction.UNDECIDED
 
     missing = _cell(cmp, **base, benchmark="math500", setting="hard_greedy", metric="pass@1")
-    assert pd.isna(missing.ours_mean) and missing.within is None
+    assert pd.isna(missing.ours_mean) and missing.agreement is None
     ablation = _cell(cmp, model="llama-3b", variant="gamma1.0", setting="hard_greedy")
     assert ablation.paper_variant == "gamma=1.0" and pd.isna(ablation.ours_mean)
+
+
+def test_a_close_reproduction_agrees_and_a_noisy_one_cannot():
+    """One paper cell, 75.0 ± 0.5 (3 seeds) on GSM8K (1,319 questions); ours 75.2 with small errors:
+    variance 0.5^2/2 + 75 x 25/1319 + 0.3^2/3 + 0.1 = 1.675, interval 0.2 +- 2.13 inside ±2.5: agrees; the same mean from a noisier run (std 4 over 2 seeds) is undecided, never
+    'agrees' as 'within 2 se' would have said."""
+    paper = pd.DataFrame([{"table": "tab:main", "model": "m", "train_dataset": "d", "train_mode": "hard",
+                           "variant": "", "benchmark": "gsm8k", "setting": "hard_greedy", "metric": "pass@1",
+                           "mean": 75.0, "std": 0.5, "highlight": "", "paper_variant": ""}])
+    ours = pd.DataFrame([{"model": "m", "train_dataset": "d", "train_mode": "hard", "variant": "", "benchmark": "gsm8k",
+                          "setting": "hard_greedy", "metric": "pass@1", "mean": 75.2, "std": std, "n": n,
+                          "sampling_var": 0.1, "se": 0.0, "protocol": None} for std, n in ((0.3, 3),)])
+    assert reproduction.compare(paper, ours).agreement.iloc[0] == reproduction.AGREES
+    noisy = ours.assign(std=4.0, n=2)
+    assert reproduction.compare(paper, noisy).agreement.iloc[0] == reproduction.UNDECIDED
 
 
 def test_tolerances_by_hand():
     assert reproduction.cell_se(2.0, 4, 9.0) == pytest.approx(math.sqrt(10.0))
     assert math.isnan(reproduction.cell_se(float("nan"), 1, 9.0))  # one seed of a trained run: spread unknown
     assert reproduction.proportion_var(50.0, 500) == pytest.approx(5.0)
-    paper = reproduction.paper_cells(load_paper_results())
+    paper = reproduction.paper_cells(load_paper_results())   # its ± a population std: sample std^2 = std^2 3/2
     base = _cell(paper, model="llama-3b", train_mode="none", benchmark="gsm8k", setting="hard_greedy", metric="pass@1")
     assert base.n == 1 and base.se == pytest.approx(math.sqrt(71.4 * 28.6 / 1319)) and base.se > 1.2
     nll = _cell(paper, model="llama-3b", train_mode="none", benchmark="arc", metric="nll_correct")
     assert nll.se == pytest.approx(2.86 / math.sqrt(1172))
     trained = _cell(paper, model="llama-3b", train_dataset="gsm8k", train_mode="hard", variant="", benchmark="math500",
                     setting="hard_greedy", metric="pass@1")
-    assert trained.n == 3 and trained.se == pytest.approx(math.sqrt(0.2 ** 2 / 3 + 34.6 * 65.4 / 500))
+    assert trained.n == 3 and trained.se == pytest.approx(math.sqrt(0.2 ** 2 / 2 + 34.6 * 65.4 / 500))
 
 
 def test_sampling_variance_is_measured_from_the_questions(tmp_path):
@@ -195,8 +223,9 @@ def test_report_pages_show_missing_cells_and_claims(fixture):
     row = next(line for line in md.splitlines() if "math500" in line and "34.6" in line)
     assert "missing" in row and "0.0 ±" not in row.split("34.6")[1]
     assert "tab:scale** (Ablation: noise factor): 0 of 1 cells measured" in md
-    assert "4 of 5 cells measured; 3 of 4 comparable within 2 se" in md  # tab:main
-    assert 'class="v-supported"' in html and 'class="v-not-yet-measured"' in html and 'class="missing"' in html
+    assert "4 of 5 cells measured; of 4 comparable: 0 agrees, 3 undecided, 1 differs" in md  # tab:main
+    assert md.index("**The answer.**") < md.index("**How a claim is judged.**")   # the answer first
+    assert 'class="v-undecided"' in html and 'class="v-not-yet-measured"' in html and 'class="missing"' in html
     cells = pd.read_csv(fixture["out"] / "cells.csv")
     assert len(cells) == 7
     assert (fixture["out"] / "ledger.csv.prov.json").exists()
@@ -205,7 +234,7 @@ def test_report_pages_show_missing_cells_and_claims(fixture):
     assert ledger_page.count("<tr") == len(jobs) + 1 and str(jobs.job.iloc[0]) in ledger_page
     claims_file = json.loads((fixture["out"] / "claims.json").read_text())
     assert len(claims_file["ours"]) >= 7 and all(c["quotes"] for c in claims_file["ours"])
-    assert "<details><summary>Evidence (ours): Soft and fuzzy training match hard training at greedy pass@1." in md
+    assert "<details><summary>Ours: `pass1_parity` — " in md
 
 
 # ---------------------------------------------------------------- audit of one cell
@@ -307,7 +336,10 @@ def test_our_cells_are_compared_paired_from_their_evaluation_files(tmp_path):
     625 - 12.5² = 468.75, / 4 = 117.19. Seeds: hard 75 and 50 (std 17.68, / 2 = 156.25), soft 50 and 50
     (std 0). Paired se sqrt(156.25 + 117.19) = 16.54; unpaired each cell's own test-set variance adds up
     instead: 156.25 + (1875 + 2500) / 2 / 4 + 2500 / 4 = 1328 (se 36.4)."""
-    from softtokens.report import claims, uncertainty
+    from dataclasses import replace
+
+    from softtokens.report import choices, claims, uncertainty
+    from softtokens.report.choices import DEFAULT
 
     correct = {"hard": [(1, 1, 1, 0), (1, 1, 0, 0)], "soft": [(1, 1, 0, 0), (1, 0, 1, 0)]}
     evals = []
@@ -322,11 +354,13 @@ def test_our_cells_are_compared_paired_from_their_evaluation_files(tmp_path):
     ours = reproduction.aggregate(reproduction.seed_rows(evals))
     hard, soft = (ours[ours.train_mode == m].iloc[0].to_dict() for m in ("hard", "soft"))
     assert list(hard["questions"]) == [100.0, 100.0, 50.0, 0.0] and list(soft["questions"]) == [100.0, 50.0, 50.0, 0.0]
+    assert hard["seeds"] == (0, 1) and hard["values"] == (75.0, 50.0)
     s = uncertainty.difference(soft, hard)
-    assert s.kind == uncertainty.PAIRED and s.se == pytest.approx(math.sqrt(156.25 + 468.75 / 4))
-    assert uncertainty.difference(soft, hard, pair=False).se == pytest.approx(math.sqrt(156.25 + 4375 / 8 + 625))
-    c = claims.claim_pass1_parity(ours)
-    assert c.comparisons == {"paired": 1} and "paired tolerance 33.07" in c.evidence[0]
+    assert s.kind == choices.PAIRED and s.se == pytest.approx(math.sqrt(156.25 + 468.75 / 4))
+    unpaired = uncertainty.difference(soft, hard, replace(DEFAULT, test_set=choices.UNPAIRED))
+    assert unpaired.se == pytest.approx(math.sqrt(156.25 + 4375 / 8 + 625))
+    c = claims.judge_claim("pass1_parity", ours)
+    assert c.comparisons == {"paired": 2} and "(paired, t, " in c.evidence[0]   # both parts read the one comparison
 
 
 def test_audit_says_when_a_remade_file_gives_the_same_value(tmp_path, monkeypatch):

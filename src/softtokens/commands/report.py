@@ -81,6 +81,23 @@ def cmd_docs(a) -> int:
     return 1 if problems else 0
 
 
+def cmd_quotes(a) -> int:
+    from softtokens.report.quotes import EXCERPT, excerpt, paper_tex, write_excerpt
+
+    tex = paper_tex(a.tex)
+    out = Path(a.out or EXCERPT)
+    if tex is None:
+        raise SystemExit("no paper source: give --tex PATH (or set SOFTTOKENS_PAPER_TEX)")
+    if a.write:
+        print(f"rewrote {out} from {tex}" if write_excerpt(tex, out) else f"{out} is current with {tex}")
+        return 0
+    import json
+
+    current = out.is_file() and json.loads(out.read_text()) == excerpt(tex)
+    print(f"{out} is current with {tex}" if current else f"stale: {out} differs from {tex} (--write remakes it)")
+    return 0 if current else 1
+
+
 def register(sub) -> None:
     c = sub.add_parser("status", help="every run and evaluation of a grid: state, step, reward, ETA, GPU-hours "
                                       "(from the results directory only: works on a login node while Snakemake runs)")
@@ -123,6 +140,13 @@ def register(sub) -> None:
     c.add_argument("--root", default=".", help="the repository root")
     c.add_argument("--write", action="store_true", help="rewrite every generated block in place")
     c.set_defaults(func=cmd_docs)
+
+    c = sub.add_parser("quotes", help="check (or --write) the shipped excerpt of the paper's quoted lines against "
+                                      "its LaTeX source (report.quotes)")
+    c.add_argument("--tex", help="the paper's .tex (default: $SOFTTOKENS_PAPER_TEX, else ../shared/paper)")
+    c.add_argument("--out", help="the excerpt (default: tests/fixtures/paper_quotes.json)")
+    c.add_argument("--write", action="store_true", help="rewrite the excerpt from the source")
+    c.set_defaults(func=cmd_quotes)
 
     c = sub.add_parser("audit", help="print the provenance chain of a result file, or of one table cell")
     c.add_argument("path", help="a result file, or a table (results/<grid>/tables/main.md) with --row/--column")

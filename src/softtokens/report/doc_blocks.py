@@ -98,31 +98,42 @@ def paper_memory_plan_block(root: Path) -> str:
 
 
 def paper_claims_block(root: Path) -> str:
-    """Every claim on the paper's own numbers: the verdict and each end's counts (report.claims)."""
-    import pandas as pd
-
+    """Every claim on the paper's own numbers: its margin, the verdict at the default specification,
+    the share of specifications that support it, and what would flip it (report.claims, report.page)."""
+    from softtokens.report.claim_rows import claims_frame
     from softtokens.report.claims import judge_paper_claims
-    from softtokens.report.judging import ENDS, NOT_JUDGED
     from softtokens.report.paper import load_paper_results
 
-    rows = []
-    for c in judge_paper_claims(load_paper_results()):
-        words = "; ".join(f"\"{q['text']}\" ({q['where'].rsplit('line ', 1)[1].rstrip(')')})" for q in c.quotes)
-        ends = {end: "-" if c.verdict == NOT_JUDGED else
-                c.ends[end]["verdict"] + (f" ({c.ends[end]['counts']})" if c.ends[end]["counts"] else "") for end in ENDS}
-        rows.append({"claim": f"`{c.key}`", "the paper's words (line)": words, "verdict": f"**{c.verdict}**", **ends})
-    return pd.DataFrame(rows).to_markdown(index=False)
+    judged = judge_paper_claims(load_paper_results())
+    frame = claims_frame(judged)
+    frame.insert(1, "the paper's words (line)", [
+        "; ".join(f"\"{q['text']}\" ({q['where'].rsplit('line ', 1)[1].rstrip(')')})" for q in c.quotes) for c in judged])
+    frame["verdict (the paper's numbers)"] = [f"**{v}**" for v in frame["verdict (the paper's numbers)"]]
+    return frame.to_markdown(index=False)
+
+
+def judging_choices_block(root: Path) -> str:
+    """Every choice a verdict depends on (report.choices), with the evidence for the paper's ± read as
+    a population std: the ARC-Challenge triples each reading admits (report.paper.admitted_ddof)."""
+    from softtokens.report.claim_rows import choices_frame
+    from softtokens.report.paper import admitted_ddof, load_paper_results
+
+    paper = load_paper_results()
+    arc = {d: admitted_ddof(paper, "arc", "accuracy", 1165, d) for d in (0, 1)}
+    return (choices_frame().to_markdown(index=False) + "\n\nThe paper's ± on ARC-Challenge (1,165 questions, 3 seeds): "
+            + ", ".join(f"ddof {d}: {k} of {n} trained cells admit a seed triple" for d, (k, n) in arc.items()) + ".")
 
 
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "paper-claims": paper_claims_block,
+    "judging-choices": judging_choices_block,
     "paper-plan": paper_plan_block,
     "paper-memory-plan": paper_memory_plan_block,
 }
 
 # which files hold which blocks (paths from the repository root)
 FILES: dict[str, tuple[str, ...]] = {
-    "docs/protocol.md": ("paper-claims",),
+    "docs/protocol.md": ("paper-claims", "judging-choices"),
     "docs/cluster.md": ("paper-plan",),
     "docs/memory-plan.md": ("paper-memory-plan",),
 }

@@ -1,20 +1,53 @@
-"""How a claim of the paper is judged: the verdicts, the quantifier rules read off the paper's
-words, the two ends a verdict on the paper's means is taken at, and the lookups over the cells
-that every claim shares (report.claims holds the claims themselves; report.uncertainty the
-standard errors). The rules and why: report.claims and docs/protocol.md."""
+"""How a claim of the paper is judged: its comparisons and their one-sided tests, the quantifier
+that counts them, the three verdicts, and the cell lookups every claim shares (report.claims holds
+the claims, report.uncertainty the errors, report.choices every choice a verdict rests on).
+
+A claim is *planned* once on the cells (which comparisons, of which cells, under which rule) and
+*evaluated* under a specification (report.choices.Spec): the plan is the paper's sentence, the
+evaluation the statistics, so the same plan is judged under every alternative reading and, in
+report.reproducibility, on thousands of simulated reproductions at once.
+
+Rules, each a one-sided test or two at level alpha:
+- SAME ("similar", "comparable", "matching", "preserve"): the difference's 1 - 2 alpha interval
+  inside +-margin (two one-sided tests); contradicted when it lies wholly outside.
+- NOT_WORSE ("best", "no benefit", "recover", "maintain"): above -margin; contradicted below it.
+- MORE / LESS ("outperform", "surpass", "degrade", "lower"): beyond 0 in the claimed direction;
+  contradicted beyond 0 in the other. A claim of difference keeps its test: no margin.
+Verdicts: supported, contradicted, undecided (neither established). More noise widens every
+interval, so it can only move a verdict toward undecided.
+"""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import pandas as pd
+import numpy as np
 
 from softtokens.report import uncertainty
-from softtokens.report.paper import CELL_KEYS
-from softtokens.report.uncertainty import Spread
+from softtokens.report.cells import (  # noqa: F401  (the claims read them from here too)
+    cell,
+    entropy_rows,
+    fmt,
+    groups,
+    identical,
+    index_cells,
+    key_of,
+    known,
+    ood_groups,
+    passk_metric,
+)
+from softtokens.report.choices import (
+    AVERAGE,
+    DEFAULT,
+    EVERY,
+    FAMILY_WISE,
+    GENERALLY,
+    MARGINS,
+    MOST,
+    SENTENCE_UNIT,
+    Spec,
+)
 from softtokens.run.names import CONTINUOUS_MODES, MODES, settings_of
 
 TRAINED = MODES
@@ -23,63 +56,191 @@ CONTINUOUS = CONTINUOUS_MODES
 HARD_SETTINGS = settings_of(("hard",))
 OTHER_SETTINGS = settings_of(CONTINUOUS_MODES)
 
-SUPPORTED, NOT_SUPPORTED, NOT_MEASURED = "supported", "not supported", "not yet measured"
-DEPENDS = "depends on the test-set term"
+SUPPORTED, CONTRADICTED, UNDECIDED = "supported", "contradicted", "undecided"
+NOT_MEASURED = "not yet measured"
 NOT_JUDGED = "not judged: the paper gives this as figures only"
-VERDICTS = (SUPPORTED, NOT_SUPPORTED, DEPENDS, NOT_MEASURED, NOT_JUDGED)
+VERDICTS = (SUPPORTED, UNDECIDED, CONTRADICTED, NOT_MEASURED, NOT_JUDGED)
+CODES = {1: SUPPORTED, 0: UNDECIDED, -1: CONTRADICTED}
 
-# the two ends a claim is judged at on the paper's numbers (means only, so no pairing is possible):
-# the seeds' spread alone (strict for "similar", lenient for "differ") and with each cell's unpaired
-# test-set term added (the other way round); a verdict stands only where both agree
-SEEDS_ONLY, WITH_TEST_SET = "seeds only", "seeds + test set"
-ENDS = (SEEDS_ONLY, WITH_TEST_SET)
-
-# a quantifier's share of comparisons that must hold: (share, strictly more than it)
-QUANTIFIERS = {"most": (0.5, True), "generally": (2 / 3, False), "every": (1.0, False)}
-
-# "roughly the same entropy profile": mean CoT entropy within this factor of the base's (docs/protocol.md)
-ENTROPY_FACTOR = 1.5
+SAME, NOT_WORSE, MORE, LESS, FIXED = "same", "not worse", "more", "less", "fixed"
 
 TEX = "soft-tokens-hard-truths.tex"
-
-# whose words a claim is: the paper's sentence (quoted), or a statement of ours (no quote; the report says so)
-SOURCES = ("paper", "ours")
+SOURCES = ("paper", "ours")   # whose words a claim is: the paper's sentence (quoted), or a statement of ours
 
 
-@dataclass
-class Check:
-    ok: bool | None     # None: not informative (two identical cells)
-    text: str
-
-    def __post_init__(self):
-        if self.ok is not None:
-            self.ok = bool(self.ok)  # numpy's bools from pandas cells are not `True`
-
-    def line(self) -> str:
-        return {True: "holds: ", False: "fails: ", None: "not informative (identical cells): "}[self.ok] + self.text
+def quote(text: str, where: str, line: int) -> dict:
+    return {"text": text, "where": f"{where} ({TEX}, line {line})"}
 
 
-@dataclass
-class Part:
-    """One quantified statement of a claim ("at pass@1", "soft"), judged on its own checks."""
+# ---------------------------------------------------------------- plans
+@dataclass(frozen=True)
+class Comparison:
+    """One comparison: a contrast of cells (their keys and weights) and the rule it is read by."""
+
+    label: str
+    terms: tuple[tuple[tuple, float], ...]
+    rule: str
+    informative: bool = True      # False: two cells with identical per-seed values (says nothing)
+    holds: bool | None = None     # a FIXED check's outcome (no statistics: the entropy claim)
+
+
+@dataclass(frozen=True)
+class PartPlan:
+    """One quantified statement of a claim ("at pass@1", "soft"): its comparisons and quantifier.
+    ``units``: per comparison, the unit the sentence counts ('model-dataset combination'), or None
+    where each comparison is a unit."""
 
     name: str
     quantifier: str
-    held: int
-    total: int             # checks counted (informative ones)
-    not_informative: int
-    passed: bool | None    # None: nothing informative to count
-
-    def describe(self) -> str:
-        if not self.total:
-            return (f"no informative comparison ({self.not_informative} between identical cells)"
-                    if self.not_informative else "no cells")
-        if self.total == 1 and not self.not_informative:
-            return "holds" if self.held else "fails"
-        extra = f"; {self.not_informative} between identical cells, not counted" if self.not_informative else ""
-        return f"{self.held} of {self.total} hold{extra}"
+    comparisons: tuple[Comparison, ...]
+    units: tuple[str, ...] | None = None
+    unit_name: str = "comparison"
 
 
+def compare(label: str, a: dict, b: dict, rule: str) -> Comparison:
+    """a - b under ``rule``; not informative when the two cells have identical per-seed values."""
+    return Comparison(label, ((key_of(a), 1.0), (key_of(b), -1.0)), rule, informative=not identical(a, b))
+
+
+def average(label: str, pairs: list[tuple[dict, dict]], rule: str) -> Comparison:
+    """The mean of (a_i - b_i) over the pairs under ``rule`` (a shared cell carries its summed weight)."""
+    m = len(pairs)
+    return Comparison(label, tuple(t for a, b in pairs for t in ((key_of(a), 1.0 / m), (key_of(b), -1.0 / m))), rule)
+
+
+# ---------------------------------------------------------------- tests
+def test(est: uncertainty.Estimate, rule: str, margin: float):
+    """(p of the claim's reading, p of its contradiction) for one contrast (module docstring)."""
+    if rule == SAME:
+        return (np.maximum(uncertainty.p_greater(est, -margin), uncertainty.p_less(est, margin)),
+                np.minimum(uncertainty.p_greater(est, margin), uncertainty.p_less(est, -margin)))
+    if rule == NOT_WORSE:
+        return uncertainty.p_greater(est, -margin), uncertainty.p_less(est, -margin)
+    if rule == MORE:
+        return uncertainty.p_greater(est, 0.0), uncertainty.p_less(est, 0.0)
+    if rule == LESS:
+        return uncertainty.p_less(est, 0.0), uncertainty.p_greater(est, 0.0)
+    raise ValueError(f"unknown rule {rule!r}")
+
+
+def chance(est: uncertainty.Estimate, rule: str, margin: float, spec: Spec):
+    """The probability this comparison alone is supported at alpha if the claim held exactly (a
+    difference of 0 for a claim of sameness; for a claim of difference, no difference: alpha)."""
+    if rule in (MORE, LESS):
+        return spec.alpha
+    crit = uncertainty.quantile(1 - spec.alpha, est.df)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reach = np.where(np.asarray(est.se) > 0, margin / np.asarray(est.se) - crit, np.inf)
+    below = 1 - uncertainty.survival(reach, est.df)
+    return np.clip(2 * below - 1, 0, 1) if rule == SAME else below
+
+
+def needed(k: int, quantifier: str, spec: Spec) -> int:
+    """How many of k units the quantifier asks for."""
+    if quantifier == MOST:
+        return k // 2 + 1
+    if quantifier == GENERALLY:
+        share = spec.generally
+        return math.floor(share * k + 1e-9) + 1 if spec.generally_strict else math.ceil(share * k - 1e-9)
+    return k          # every, on average (one contrast)
+
+
+def quantify(p_sup: np.ndarray, p_con: np.ndarray, m: int, spec: Spec) -> np.ndarray:
+    """Per draw, 1 supported / -1 contradicted / 0 undecided: at least m of k units established
+    (rows of p_sup), or k - m + 1 failures established (rows of p_con). Family-wise: the m-th smallest
+    p-value times k - m + 1 (partial conjunction, Bonferroni form; report.choices); raw: counts at alpha."""
+    k = p_sup.shape[0]
+    p_sup, p_con = np.nan_to_num(p_sup, nan=1.0), np.nan_to_num(p_con, nan=1.0)
+    if spec.multiplicity == FAMILY_WISE:
+        sup = (k - m + 1) * np.sort(p_sup, axis=0)[m - 1] <= spec.alpha
+        con = m * np.sort(p_con, axis=0)[k - m] <= spec.alpha
+    else:
+        sup = (p_sup <= spec.alpha).sum(axis=0) >= m
+        con = (p_con <= spec.alpha).sum(axis=0) >= k - m + 1
+    return np.where(sup, 1, np.where(con, -1, 0))
+
+
+def by_unit(p_sup: np.ndarray, p_con: np.ndarray, units: list[str]):
+    """Units of several comparisons: a unit holds when every comparison in it does (the largest of its
+    p-values), fails when one does (the smallest, times its size: Bonferroni)."""
+    names = list(dict.fromkeys(units))
+    rows = [[i for i, u in enumerate(units) if u == name] for name in names]
+    sup = np.stack([p_sup[r].max(axis=0) for r in rows])
+    con = np.stack([np.minimum(1.0, len(r) * p_con[r].min(axis=0)) for r in rows])
+    return names, sup, con
+
+
+@dataclass
+class Evaluated:
+    """One comparison under a specification."""
+
+    comparison: Comparison
+    est: uncertainty.Estimate | None
+    p_sup: object
+    p_con: object
+    chance: object = None
+
+
+def evaluate_comparison(c: Comparison, idx: dict, spec: Spec, margin: float) -> Evaluated:
+    if c.rule == FIXED:
+        p = 0.0 if c.holds else 1.0
+        return Evaluated(c, None, p, 1.0 - p)
+    est = uncertainty.contrast([(idx[k], w) for k, w in c.terms], spec)
+    p_sup, p_con = test(est, c.rule, margin)
+    return Evaluated(c, est, p_sup, p_con, chance(est, c.rule, margin, spec))
+
+
+def evaluate_part(part: PartPlan, idx: dict, spec: Spec, margin: float) -> dict:
+    """A part's verdict code(s) under ``spec`` and what it rests on (scalars where the cells are)."""
+    informative = [c for c in part.comparisons if c.informative]
+    done = [evaluate_comparison(c, idx, spec, margin) for c in informative]
+    out = {"name": part.name, "quantifier": part.quantifier, "evaluated": done,
+           "skipped": [c for c in part.comparisons if not c.informative],
+           "not_informative": len(part.comparisons) - len(informative)}
+    if not done:
+        out.update(code=None, k=0, m=0, unit_name=part.unit_name)
+        return out
+    p_sup = np.stack([np.asarray(e.p_sup, dtype=float) for e in done])
+    p_con = np.stack([np.asarray(e.p_con, dtype=float) for e in done])
+    units = [u for c, u in zip(part.comparisons, part.units or [None] * len(part.comparisons)) if c.informative]
+    unit_name = "comparison"
+    if part.units is not None and spec.unit == SENTENCE_UNIT:
+        _, p_sup, p_con = by_unit(p_sup, p_con, units)
+        unit_name = part.unit_name
+    k = p_sup.shape[0]
+    m = needed(k, part.quantifier, spec)
+    out.update(code=quantify(p_sup, p_con, m, spec), k=k, m=m, unit_name=unit_name,
+               supported=(np.nan_to_num(p_sup, nan=1.0) <= spec.alpha).sum(axis=0),
+               contradicted=(np.nan_to_num(p_con, nan=1.0) <= spec.alpha).sum(axis=0))
+    if unit_name == "comparison" and all(e.chance is not None for e in done):
+        out["expected"] = sum(np.asarray(e.chance, dtype=float) for e in done)
+        out["difference"] = all(e.comparison.rule in (MORE, LESS) for e in done)
+    return out
+
+
+def claim_code(parts: list[dict]):
+    """A claim's code from its parts: any part contradicted: contradicted; any part without an
+    informative comparison: not measured (None); every part supported: supported; else undecided."""
+    codes = [p["code"] for p in parts]
+    if not codes or all(c is None for c in codes):
+        return None
+    measured = [np.asarray(c) for c in codes if c is not None]
+    contradicted = np.any(np.stack([c == -1 for c in measured]), axis=0)
+    supported = np.all(np.stack([c == 1 for c in measured]), axis=0)
+    code = np.where(contradicted, -1, np.where(supported, 1, 0))
+    if any(c is None for c in codes):
+        code = np.where(contradicted, -1, 2)    # 2: not yet measured
+    return code
+
+
+def verdict_of(code) -> str:
+    if code is None:
+        return NOT_MEASURED
+    c = int(code)
+    return NOT_MEASURED if c == 2 else CODES[c]
+
+
+# ---------------------------------------------------------------- the judged claim
 @dataclass
 class Claim:
     key: str
@@ -87,13 +248,13 @@ class Claim:
     quotes: list[dict]              # the paper's words: {"text", "where"}
     rule: str
     verdict: str = NOT_MEASURED
-    held: int = 0
-    total: int = 0
-    not_informative: int = 0
+    margin: dict | None = None      # {"value", "unit", "why"} where the claim reads sameness
     parts: list[dict] = field(default_factory=list)
     evidence: list[str] = field(default_factory=list)
-    comparisons: dict = field(default_factory=dict)   # {"paired": k, "unpaired": m}: how its tolerances were taken
-    ends: dict | None = None        # the paper's numbers: each end's verdict, counts and evidence (both_ends)
+    comparisons: dict = field(default_factory=dict)   # {"paired": k, "unpaired": m}: how the test set entered
+    sensitivity: list[dict] = field(default_factory=list)   # [{"specification", "verdict"}], the default first
+    robust: bool | None = None      # every specification gives the default's verdict
+    decide: str = ""                # an undecided claim: what would decide it
     source: str = "paper"
 
     def __post_init__(self):
@@ -102,172 +263,101 @@ class Claim:
         if self.source == "paper" and not self.quotes:
             raise ValueError(f"claim {self.key} is the paper's: quote its words (or mark it source='ours')")
 
-    def judge(self, name: str, checks: list[Check], quantifier: str) -> bool | None:
-        """Record one part's checks and its quantified result."""
-        passed = share_holds(checks, quantifier)
-        part = Part(name, quantifier, sum(c.ok is True for c in checks), sum(c.ok is not None for c in checks),
-                    sum(c.ok is None for c in checks), passed)
-        self.parts.append(part.__dict__)
-        self.held += part.held
-        self.total += part.total
-        self.not_informative += part.not_informative
-        self.evidence += [c.line() for c in checks]
-        return passed
+    @property
+    def held(self) -> int:
+        return sum(p["supported"] for p in self.parts)
 
-    def count(self, spread: Spread) -> Spread:
-        self.comparisons[spread.kind] = self.comparisons.get(spread.kind, 0) + 1
-        return spread
+    @property
+    def total(self) -> int:
+        return sum(p["k"] for p in self.parts)
 
-    def decide(self) -> "Claim":
-        """Every part passed: supported; any part failed: not supported; else not yet measured."""
-        results = [p["passed"] for p in self.parts]
-        if not results or all(r is None for r in results):
-            self.verdict = NOT_MEASURED
-        elif any(r is False for r in results):
-            self.verdict = NOT_SUPPORTED
-        elif any(r is None for r in results):
-            self.verdict = NOT_MEASURED
-        else:
-            self.verdict = SUPPORTED
-        return self
+    @property
+    def not_informative(self) -> int:
+        return sum(p["not_informative"] for p in self.parts)
 
     def counts(self) -> str:
-        """What the verdict rests on, in words: each part's checks that hold."""
-        parts = [Part(**p) for p in self.parts]
-        if not parts:
-            return ""
-        if len(parts) == 1:
-            return parts[0].describe()
-        return "; ".join(f"{p.name}: {p.describe()}" for p in parts)
+        """What the verdict rests on, in words: each part's units established."""
+        words = [part_words(p) for p in self.parts]
+        if len(set(words)) == 1 and words[0] == "no cells":
+            return words[0]
+        if len(words) == 1:
+            return words[0]
+        return "; ".join(f"{p['name']}: {w}" for p, w in zip(self.parts, words))
+
+    def support(self) -> tuple[int, int]:
+        """(specifications that support the claim, specifications tried)."""
+        return sum(s["verdict"] == SUPPORTED for s in self.sensitivity), len(self.sensitivity)
+
+    def flips(self) -> list[str]:
+        """The alternative specifications whose verdict differs from the default's, 'label: verdict'."""
+        return [f"{s['specification']}: {s['verdict']}" for s in self.sensitivity[1:] if s["verdict"] != self.verdict]
 
     def summary(self) -> str:
-        """The verdict and what it rests on: each part's count, and on the paper's numbers each end's."""
         if self.verdict == NOT_JUDGED:
             return self.verdict
-        if self.ends:
-            return f"{self.verdict} — " + " | ".join(
-                f"{end}: {e['verdict']}" + (f" ({e['counts']})" if e["counts"] else "") for end, e in self.ends.items())
         counts = self.counts()
         return f"{self.verdict} — {counts}" if counts else self.verdict
 
     def record(self) -> dict:
         """Everything the report page shows of this claim (claims.json)."""
-        return {**self.__dict__, "summary": self.summary()}
+        held, tried = self.support()
+        return {**self.__dict__, "summary": self.summary(), "held": self.held, "total": self.total,
+                "supported_by": {"specifications": held, "of": tried}, "flips": self.flips()}
 
 
-def both_ends(seeds_only: Claim, with_test_set: Claim) -> Claim:
-    """One claim on the paper's numbers from its two ends: the verdict where they agree, DEPENDS
-    where they do not; each end's verdict, counts and evidence kept."""
-    out = Claim(**{k: v for k, v in with_test_set.__dict__.items() if k != "ends"})
-    out.ends = {end: {"verdict": c.verdict, "counts": c.counts(), "held": c.held, "total": c.total,
-                      "not_informative": c.not_informative, "parts": c.parts, "evidence": c.evidence}
-                for end, c in ((SEEDS_ONLY, seeds_only), (WITH_TEST_SET, with_test_set))}
-    if seeds_only.verdict != with_test_set.verdict and NOT_JUDGED not in (seeds_only.verdict, with_test_set.verdict):
-        out.verdict = DEPENDS
-    return out
+def part_words(p: dict) -> str:
+    if not p["k"]:
+        return (f"no informative comparison ({p['not_informative']} between identical cells)"
+                if p["not_informative"] else "no cells")
+    unit = p["unit_name"] + ("s" if p["k"] > 1 else "")
+    need = {EVERY: "all", AVERAGE: "all"}.get(p["quantifier"], f"{p['m']} needed")
+    if p["k"] == 1 and p["quantifier"] in (EVERY, AVERAGE):
+        text = {1: "holds", -1: "fails", 0: "undecided"}[int(p["code"])]
+    else:
+        text = f"{p['supported']} of {p['k']} {unit} established ({need}), {p['contradicted']} contradicted"
+    if p.get("expected") is not None and p["k"] > 1:
+        text += (f"; {float(p['expected']):.1f} expected by chance if there were no difference" if p.get("difference")
+                 else f"; {float(p['expected']):.1f} expected if the claim held exactly")
+    if p["not_informative"]:
+        text += f"; {p['not_informative']} between identical cells, not counted"
+    return text
 
 
-def quote(text: str, where: str, line: int) -> dict:
-    return {"text": text, "where": f"{where} ({TEX}, line {line})"}
+def status_of(e: Evaluated, alpha: float) -> str:
+    if e.p_sup <= alpha:
+        return "supported"
+    return "contradicted" if e.p_con <= alpha else "undecided"
 
 
-def share_holds(checks: list[Check], quantifier: str) -> bool | None:
-    counted = [c for c in checks if c.ok is not None]
-    if not counted:
-        return None
-    share, strict = QUANTIFIERS[quantifier]
-    got = sum(c.ok for c in counted) / len(counted)
-    return got > share if strict else got >= share - 1e-12
+def evidence_line(e: Evaluated, margin: float, spec: Spec) -> str:
+    c = e.comparison
+    if e.est is None:
+        return f"{'holds' if c.holds else 'fails'}: {c.label}"
+    lo, hi = uncertainty.interval(e.est, spec.alpha)
+    df = "z" if math.isinf(e.est.df) else "t ≈ z" if e.est.df > 100 else f"t, {e.est.df:.1f} df"
+    bound = {SAME: f" vs ±{margin:g}", NOT_WORSE: f" vs -{margin:g}"}.get(c.rule, " vs 0")
+    return (f"{status_of(e, spec.alpha)}: {c.label}: {number(e.est.value)}, {100 * (1 - 2 * spec.alpha):g}% CI "
+            f"[{number(lo)}, {number(hi)}]{bound} ({e.est.kind}, {df})")
 
 
-# ---------------------------------------------------------------- cells
-def index_cells(cells: pd.DataFrame | dict) -> dict:
-    """The main (default-variant) cells by their key, each a plain dict of its columns (an index
-    already made is returned as it is: judge_claims makes it once for every claim)."""
-    if isinstance(cells, dict):
-        return cells
-    main = cells[cells.variant == ""]
-    return {tuple(r[k] for k in CELL_KEYS): r for r in main.to_dict("records")}
+def number(x: float) -> str:
+    """A signed difference: two decimals for points, three below 1 (NLL nats)."""
+    return f"{x:+.2f}" if abs(x) >= 1 else f"{x:+.3f}"
 
 
-def cell(idx, model, ds, mode, bench, setting, metric):
-    return idx.get((model, ds, mode, "", bench, setting, metric))
-
-
-def fmt(r) -> str:
-    """mean ± std (n seeds, se): one seed or one evaluation has no spread, so no ±."""
-    n = 0 if pd.isna(r["n"]) else int(r["n"])
-    sd = "" if pd.isna(r["std"]) or n < 2 else f"±{r['std']:.2f}"
-    se = "" if pd.isna(r["se"]) else f", se {r['se']:.2f}"
-    return f"{r['mean']:.2f}{sd} (n={n}{se})"
-
-
-def spread(a, b) -> Spread:
-    """The standard error of a - b: paired on their questions where both have them (ours), else
-    unpaired (report.uncertainty)."""
-    return uncertainty.difference(a, b)
-
-
-def known(*cells) -> bool:
-    return all(c is not None and not pd.isna(c["se"]) for c in cells)
-
-
-def identical(a, b) -> bool:
-    va, vb = a.get("values"), b.get("values")
-    return va is not None and vb is not None and len(va) > 0 and tuple(va) == tuple(vb)
-
-
-def significance(diff: float, s: Spread) -> str:
-    """How a point-estimate difference stands against its tolerance, in words."""
-    if math.isnan(s.se):
-        return "significance unknown"
-    word = "significant" if abs(diff) > s.tolerance + 1e-9 else "not significant"
-    return f"{word}: {diff:+.2f} vs {s}"
-
-
-def passk_metric(cells: pd.DataFrame | dict) -> str | None:
-    """The sampled metric with the largest k (the paper's pass@32; pass@n of a grid with n samples)."""
-    metrics = {k[-1] for k in cells} if isinstance(cells, dict) else set(cells.metric)
-    ks = [int(m.split("@")[1]) for m in metrics if m.startswith("pass@") and m != "pass@1"]
-    return f"pass@{max(ks)}" if ks else None
-
-
-def groups(idx, modes=TRAINED, metric_filter=lambda m: m.startswith("pass@")):
-    return sorted({(k[0], k[1], k[4]) for k in idx if k[2] in modes and metric_filter(k[6])})
-
-
-def best_cell(cells_):
-    cells_ = [x for x in cells_ if x is not None and not pd.isna(x["se"])]
-    return max(cells_, key=lambda x: x["mean"]) if cells_ else None
-
-
-def distinct_others(others: list, hards: list) -> list:
-    """The soft / fuzzy settings' cells that are not a hard setting's cell under another name (on
-    the toy fuzzy greedy takes hard greedy's tokens): comparing those says nothing."""
-    return [o for o in others if o is not None and not any(h is not None and identical(o, h) for h in hards)]
-
-
-def hard_vs_other(idx, m: str, modes=TRAINED):
-    """Per model, training, training set and benchmark: (label, the better hard setting, the best
-    soft or fuzzy setting that is not a hard one under another name, or None when every one is)
-    of metric m, by point estimate."""
-    for model, ds, bench in groups(idx, modes=modes):
-        for mode in modes:
-            hards = [cell(idx, model, ds, mode, bench, s, m) for s in HARD_SETTINGS]
-            others = [cell(idx, model, ds, mode, bench, s, m) for s in OTHER_SETTINGS]
-            hard = best_cell(hards)
-            if hard is None or best_cell(others) is None:
-                continue
-            other = best_cell(distinct_others(others, hards))
-            label = f"{m}, {model} trained {mode} on {ds}, {bench}"
-            if other is None:
-                yield f"{label}: every soft or fuzzy setting decodes as a hard one", hard, None
-            else:
-                yield f"{label}: {hard['setting']} {fmt(hard)} vs {other['setting']} {fmt(other)}", hard, other
-
-
-def ood_groups(idx, metric):
-    return sorted({(k[0], k[1], k[4]) for k in idx if k[2] in TRAINED and k[6] == metric})
+def similar_to_hard(idx, groups_: list[tuple], metric: str) -> tuple[list[Comparison], list[str]]:
+    """Per (model, training set, benchmark): soft's and fuzzy's hard-greedy ``metric`` against hard
+    training's, read as sameness; and each comparison's (model, training set) unit."""
+    out, units = [], []
+    for model, ds, bench in groups_:
+        hard = cell(idx, model, ds, "hard", bench, "hard_greedy", metric)
+        for mode in CONTINUOUS:
+            r = cell(idx, model, ds, mode, bench, "hard_greedy", metric)
+            if known(hard, r):
+                out.append(compare(f"{model} trained on {ds}, {bench}: {mode} {fmt(r)} vs hard {fmt(hard)}",
+                                   r, hard, SAME))
+                units.append(f"{model} on {ds}")
+    return out, units
 
 
 def nll_pairs(idx, mode: str, against: str):
@@ -283,40 +373,7 @@ def nll_pairs(idx, mode: str, against: str):
     return out
 
 
-def entropy_rows(eval_paths) -> pd.DataFrame:
-    """Per math evaluation file: its mean CoT entropy over positions, weighted by the number of CoTs
-    that reach each position (the profile the paper plots, reduced to one number)."""
-    from softtokens.run.paths import parse_eval_path
-
-    rows = []
-    for p in map(Path, eval_paths):
-        if p.stem == "loglik":
-            continue
-        res = json.loads(p.read_text())
-        prof, count = res.get("entropy_profile"), res.get("entropy_count")
-        if not prof or not count:
-            continue
-        total = sum(h * n for h, n in zip(prof, count) if h is not None)
-        n = sum(c for h, c in zip(prof, count) if h is not None)
-        if n:
-            keys = parse_eval_path(p)
-            if keys["variant"] == "":
-                rows.append({**keys, "entropy": total / n})
-    return pd.DataFrame(rows, columns=["model", "train_dataset", "train_mode", "variant", "benchmark", "setting",
-                                       "seed", "entropy"])
-
-
-def similar_to_hard(claim: Claim, idx, groups_: list[tuple], metric: str) -> list[Check]:
-    """Per (model, training set, benchmark): soft's and fuzzy's hard-greedy ``metric`` within
-    Z standard errors of its difference from hard training's (identical cells: not informative)."""
-    checks = []
-    for model, ds, bench in groups_:
-        hard = cell(idx, model, ds, "hard", bench, "hard_greedy", metric)
-        for mode in CONTINUOUS:
-            r = cell(idx, model, ds, mode, bench, "hard_greedy", metric)
-            if not known(hard, r):
-                continue
-            s = claim.count(spread(r, hard))
-            checks.append(Check(None if identical(r, hard) else abs(r["mean"] - hard["mean"]) <= s.tolerance + 1e-9,
-                                f"{model} trained on {ds}, {bench}: {mode} {fmt(r)} vs hard {fmt(hard)} ({s})"))
-    return checks
+def margin_record(claim: str, kind: str | None, spec: Spec = DEFAULT) -> dict | None:
+    if kind is None:
+        return None
+    return {"value": spec.margin(claim, kind), "unit": MARGINS[kind].unit, "why": MARGINS[kind].why}

@@ -15,6 +15,15 @@ from pathlib import Path
 import pandas as pd
 
 from softtokens.report import claims, forecast, judging, ledger, reproduction
+from softtokens.report.choices import DEFAULT, MARGINS, Spec
+from softtokens.report.claim_rows import (
+    answer,
+    choices_frame,
+    claims_frame,
+    method,
+    robustness,
+    words,
+)
 from softtokens.report.paper import (
     CELL_KEYS,
     PAPER_RESULTS,
@@ -29,6 +38,7 @@ from softtokens.run.files import write_text
 from softtokens.run.provenance import Provenance
 
 MISSING = "missing"
+MARGINS_TEXT = ", ".join(f"{m.value:g} {m.unit}" for m in MARGINS.values())
 
 
 def _pm(mean, std, n=None, digits=1, show_n: bool = True) -> str:
@@ -56,8 +66,10 @@ def cell_table(comparison: pd.DataFrame) -> pd.DataFrame:
                   zip(comparison.paper_mean, comparison.paper_std, comparison.train_mode, comparison.variant, digits)],
         "ours": [_pm(m, s, n, d) for m, s, n, d in zip(comparison.ours_mean, comparison.ours_std, comparison.ours_n, digits)],
         "diff": ["" if pd.isna(x) else f"{x:+.{d}f}" for x, d in zip(comparison["diff"], digits)],
-        f"within {reproduction.Z:g} se (unpaired)": ["—" if w is None else ("yes" if w else "no")
-                                                     for w in comparison.within],
+        "interval": ["" if pd.isna(lo) else f"[{lo:+.{d}f}, {hi:+.{d}f}]"
+                     for lo, hi, d in zip(comparison.ci_low, comparison.ci_high, digits)],
+        "agreement (± margin)": ["—" if a is None else f"{a} (±{m:g})" for a, m in
+                                 zip(comparison.agreement, comparison.margin)],
         "note": comparison.get("note", pd.Series([""] * len(comparison))).fillna(""),
     })
 
@@ -88,12 +100,25 @@ def our_tables(benchmarks: list[str]) -> dict:
     return out
 
 
+def judging_spec(settings: dict) -> Spec:
+    """The default specification with the config's `judging` block applied (margins per claim)."""
+    block = (settings.get("config") or {}).get("judging") or {}
+    margins = block.get("margins") or {}
+    known = {d.key for d in claims.registry()}
+    unknown = sorted(set(margins) - known)
+    if unknown:
+        raise SystemExit(f"config.yaml judging.margins: unknown claim(s) {', '.join(unknown)} (claims: "
+                         f"{', '.join(sorted(known))})")
+    return DEFAULT.with_margins(margins)
+
+
 def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
     """Everything the page shows, as frames and claims."""
+    spec = judging_spec(settings)
     paper = load_paper_results(settings.get("paper_results") or PAPER_RESULTS)
     seeds = reproduction.seed_rows(eval_paths)
     ours = reproduction.aggregate(seeds)
-    comparison = reproduction.compare(paper, ours)
+    comparison = reproduction.compare(paper, ours, spec)
     jobs = ledger.read_jobs(bench_dir, settings.get("gpus", {}))
     cells = ledger.cell_costs(seeds, jobs, CELL_KEYS) if not seeds.empty else pd.DataFrame()
     math_benchmarks = sorted({b for b, m in zip(seeds.benchmark, seeds.metric) if m.startswith("pass@")})
@@ -102,49 +127,16 @@ def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
     if settings.get("config") and not jobs.empty:
         predicted = forecast.forecast_jobs(settings["config"], settings["grid"])
         vs_forecast = forecast.vs_actual(predicted, jobs)
-    claims_paper = claims.judge_paper_claims(paper)
+    claims_paper = claims.judge_paper_claims(paper, spec=spec)
     return {"forecast": vs_forecast, "paper": paper, "seeds": seeds, "ours": ours, "comparison": comparison,
-            "claims_ours": claims.judge_claims(ours, judging.entropy_rows(eval_paths)),
-            "claims_paper": claims_paper,
+            "claims_ours": claims.judge_claims(ours, judging.entropy_rows(eval_paths), spec=spec),
+            "claims_paper": claims_paper, "spec": spec,
             "conflicts": reproduction.paper_conflicts(paper),
-            "precedence_sensitivity": claims.precedence_sensitivity(paper, claims_paper),
+            "precedence_sensitivity": claims.precedence_sensitivity(paper, claims_paper, spec),
             "jobs": jobs, "cell_costs": cells, "table_costs": tables}
 
 
 # ---------------------------------------------------------------- rendering
-def _words(c) -> str:
-    if c.source == "ours":
-        return "(our statement, not a sentence of the paper)"
-    return " … ".join(f"“{q['text']}” ({q['where']})" for q in c.quotes)
-
-
-def _claims_frame(ours: list) -> pd.DataFrame:
-    return pd.DataFrame([{"claim": c.statement, "the paper's words": _words(c), "verdict (ours)": c.summary(),
-                          "rule": c.rule} for c in ours])
-
-
-def _end_text(c, end: str) -> str:
-    e = (c.ends or {}).get(end)
-    if e is None:
-        return c.verdict
-    return e["verdict"] + (f" ({e['counts']})" if e["counts"] else "")
-
-
-def paper_claims_frame(theirs: list, ours: list | None = None) -> pd.DataFrame:
-    """Each claim on the paper's numbers: its verdict and, at each end, the verdict and counts
-    (docs/protocol.md shows this table; a test holds the two equal)."""
-    rows = []
-    for i, p in enumerate(theirs):
-        row = {"claim": f"`{p.key}`", "verdict (the paper's numbers)": p.verdict,
-               **{judging.SEEDS_ONLY: _end_text(p, judging.SEEDS_ONLY),
-                  judging.WITH_TEST_SET: _end_text(p, judging.WITH_TEST_SET)}}
-        if ours is not None:
-            row = {"claim": ours[i].statement, "verdict (ours)": ours[i].summary(), **{k: v for k, v in row.items()
-                                                                                       if k != "claim"}}
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def _cost_frame(tables: pd.DataFrame, gpu: bool) -> pd.DataFrame:
     out = tables[["table", "cells", "jobs"]].copy()
     out["wall (h)"] = (tables.wall_s / 3600).round(3)
@@ -172,62 +164,41 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
     measured = comparison.ours_mean.notna()
     toy = settings.get("toy", grid == "toy")
     gpu = bool(data["jobs"].gpus.sum()) if not data["jobs"].empty else False
-    blocks: list[tuple[str, object]] = [("h1", f"Reproduction report: grid `{grid}`")]
-    compared = [w for w in comparison.within if w is not None]
+    compared = [a for a in comparison.agreement if a is not None]
     n_files = len(data["seeds"].path.unique()) if not data["seeds"].empty else 0
-    blocks.append(("p", f"Paper numbers: {SOURCE}. Ours: {n_files} evaluation files, {len(ours)} cells, mean ± "
-                        f"sample std over seeds (n = seeds; one seed or a base model's one evaluation has no spread, "
-                        f"so no ±). {int(measured.sum())} of {len(comparison)} paper cells have a counterpart here, "
-                        f"{len(compared)} of them comparable."))
-    blocks.append(("p", f"**How cells are compared** (the rules, not a result). A cell's standard error (se) is its "
-                        f"seeds' variance / n plus the sampling variance of a mean over its benchmark's questions "
-                        f"(measured on ours; for the paper's, which publishes means only, binomial at its benchmark's "
-                        f"size, and an NLL's per-question spread taken as its mean). Two cells differ when their "
-                        f"difference is beyond {reproduction.Z:g} standard errors of that difference (the "
-                        f"tolerance). That standard error is *paired* when both cells are ours and were scored on "
-                        f"the same questions (the seeds' spread of each plus the variance of the per-question "
-                        f"difference / N: two correlated cells are judged by how much they differ question by "
-                        f"question), and *unpaired* (√(se_a² + se_b²)) for ours against the paper's or for the "
-                        f"paper's against each other. Each evidence line says which it used."))
+    blocks: list[tuple[str, object]] = [("h1", f"Reproduction report: grid `{grid}`")]
+    blocks.append(("p", answer(data)))
     if toy:
         blocks.append(("p", "This is the toy grid: a 0.9M-parameter Llama trained on synthetic arithmetic on a CPU. "
                             "None of its cells is a cell of the paper (the models, data and budgets differ), so the "
                             "cell-by-cell comparison below is empty by construction. The claims are judged on the "
                             "toy's own numbers with the paper's rules: they say whether the toy shows the paper's "
                             "effects, not whether the paper's numbers reproduce. The toy's k is its n samples."))
-    blocks.append(("h2", "The paper's claims, judged on our numbers"))
-    blocks.append(("p", "Each claim is the paper's sentence, quoted, and a rule read off its words: 'most' = more "
-                        "than half of the comparisons, 'generally' = at least two thirds, an unqualified or "
-                        "'universal' statement = every one, 'on average' = the mean beyond its own standard errors, "
-                        "'best' / 'surpass' = the highest point estimate (significance beside it). A claim is made "
-                        "of parts (pass@1 and pass@k, soft and fuzzy, ...); the verdict says how many of each part's "
-                        "checks hold of those counted ('22 of 30 hold'), where a check is one comparison of two "
-                        "cells, or one average for an 'on average' claim. Comparisons of identical cells (the same "
-                        "per-seed values: on the toy, hard greedy and fuzzy greedy decode the same tokens) say "
-                        "nothing: they are listed as not informative and not counted, and a part with nothing else "
-                        "is not yet measured."))
-    blocks.append(("table", _claims_frame(data["claims_ours"])))
-    for c in data["claims_ours"]:
-        if c.evidence:
-            blocks.append(("details", (f"Evidence (ours): {c.statement} — {c.summary()}", c.evidence)))
-    blocks.append(("h2", "The same rules on the paper's own numbers"))
-    blocks.append(("p", f"The paper publishes means only, so each claim is judged at both ends of the test-set term: "
-                        f"with the seeds' spread alone ({judging.SEEDS_ONLY}) and with each cell's unpaired test-set "
-                        f"variance added ({judging.WITH_TEST_SET}). The first is strict for 'similar' and lenient "
-                        f"for 'differ', the second the other way round. A verdict stands where both ends agree; "
-                        f"otherwise it is '{judging.DEPENDS}'. A rule the paper's own numbers fail shows how strict "
-                        f"it is, or where the paper's text goes beyond its tables."))
-    blocks.append(("table", paper_claims_frame(data["claims_paper"], data["claims_ours"])))
+    blocks.append(("h2", "The paper's claims"))
+    blocks.append(("table", claims_frame(data["claims_paper"], data["claims_ours"])))
+    blocks.append(("p", method(data["spec"])))
     for c in data["claims_paper"]:
-        ends = c.ends or {}
-        shown = ends.items() if c.verdict == judging.DEPENDS else [(judging.WITH_TEST_SET, ends.get(judging.WITH_TEST_SET))]
-        for end, e in shown:
-            if not e or not e["evidence"]:
-                continue
-            fails = [x for x in e["evidence"] if x.startswith("fails")]
-            blocks.append(("details", (f"The paper's numbers, {end}: {c.statement} — {e['verdict']}"
-                                       + (f" ({e['counts']})" if e["counts"] else "")
-                                       + (f", {len(fails)} failing" if fails else ""), e["evidence"])))
+        if c.verdict == judging.NOT_JUDGED:
+            continue
+        rows = [f"the paper's words: {words(c)}", f"rule: {c.rule}",
+                f"verdict at the default specification: {c.summary()}"]
+        if c.decide:
+            rows.append(f"what would decide it: {c.decide}")
+        rows += [f"{s_['specification']}: {s_['verdict']}" for s_ in c.sensitivity[1:]]
+        blocks.append(("details", (f"The paper's numbers: `{c.key}` — {c.verdict} ({robustness(c)})",
+                                   rows + c.evidence)))
+    for c in data["claims_ours"]:
+        rows = [f"rule: {c.rule}", f"verdict: {c.summary()}"] + ([f"what would decide it: {c.decide}"] if c.decide else [])
+        rows += [f"{s_['specification']}: {s_['verdict']}" for s_ in c.sensitivity[1:]]
+        blocks.append(("details", (f"Ours: `{c.key}` — {c.verdict} ({robustness(c)})", rows + c.evidence)))
+    blocks.append(("h3", "Every choice a verdict depends on"))
+    blocks.append(("table", choices_frame()))
+    blocks.append(("p", f"Paper numbers: {SOURCE}. Ours: {n_files} evaluation files, {len(ours)} cells, mean ± "
+                        f"sample std over seeds (n = seeds; one seed or a base model's one evaluation has no spread, "
+                        f"so no ±). {int(measured.sum())} of {len(comparison)} paper cells have a counterpart here, "
+                        f"{len(compared)} of them comparable. Ours beside the paper's is unpaired (the paper publishes "
+                        f"means only) and read as sameness: they *agree* when the difference's interval lies inside "
+                        f"the margin (±{MARGINS_TEXT}), *differ* when outside, otherwise undecided."))
     conflicts = data.get("conflicts")
     if conflicts is not None and not conflicts.empty:
         blocks.append(("h3", "Where the paper's tables disagree"))
@@ -249,11 +220,12 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
         if n_meas == 0:
             blocks.append(("p", f"**{table}** ({label}): 0 of {len(sub)} cells measured in this grid (all missing)."))
             continue
-        within = int(sum(w is True for w in sub.within))
+        verdicts = [a for a in sub.agreement if a is not None]
         blocks.append(("h3", f"{table}: {label}"))
-        n_cmp = int(sum(w is not None for w in sub.within))
-        blocks.append(("p", f"{n_meas} of {len(sub)} cells measured; {within} of {n_cmp} comparable within "
-                            f"{reproduction.Z:g} se (unpaired: ours against the paper's means)."))
+        counts = ", ".join(f"{sum(a == v for a in verdicts)} {v}" for v in
+                           (reproduction.AGREES, reproduction.UNDECIDED, reproduction.DIFFERS))
+        blocks.append(("p", f"{n_meas} of {len(sub)} cells measured; of {len(verdicts)} comparable: {counts} "
+                            f"(unpaired: ours against the paper's means)."))
         blocks.append(("table", cell_table(sub)))
     blocks.append(("h2", "Cost ledger"))
     blocks.append(("p", "From each job's Snakemake benchmark file: wall time, CPU time (the job's measured CPU "
@@ -294,13 +266,13 @@ def to_markdown(blocks) -> str:
 CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 7px;
 text-align:left;vertical-align:top}th{background:#f0f0f0}td.v-supported{background:#d9f2d9}
-td.v-not-supported{background:#f8d7d7}td.v-not-yet-measured{background:#eee;color:#666}td.missing{color:#999}
-td.v-not-judged{background:#eee;color:#666}td.v-depends{background:#fff3cd}details{margin:0.3em 0}summary{cursor:pointer;font-size:14px}
+td.v-not-yet-measured{background:#eee;color:#666}td.missing{color:#999}
+td.v-not-judged{background:#eee;color:#666}td.v-undecided{background:#fff3cd}td.v-contradicted{background:#f8d7d7}details{margin:0.3em 0}summary{cursor:pointer;font-size:14px}
 code{background:#f4f4f4;padding:0 3px}li{font-size:13px}"""
 
 
-VERDICT_CSS = {judging.NOT_SUPPORTED: "v-not-supported", judging.NOT_MEASURED: "v-not-yet-measured",
-               judging.SUPPORTED: "v-supported", judging.NOT_JUDGED: "v-not-judged", judging.DEPENDS: "v-depends"}
+VERDICT_CSS = {judging.CONTRADICTED: "v-contradicted", judging.NOT_MEASURED: "v-not-yet-measured",
+               judging.SUPPORTED: "v-supported", judging.NOT_JUDGED: "v-not-judged", judging.UNDECIDED: "v-undecided"}
 
 
 def _html_table(df: pd.DataFrame) -> str:

@@ -87,3 +87,41 @@ def admitted_sizes(paper: pd.DataFrame, benchmark: str, metric: str, sizes, deci
     sub = sub.drop_duplicates(CELL_KEYS)
     seeds = [paper_seeds(m) for m in sub.train_mode]
     return {n: sum(attainable(v, k * n, decimals) for v, k in zip(sub["mean"], seeds)) for n in sizes}
+
+
+def admits_seeds(mean: float, std: float, denominator: int, seeds: int, decimals: int, ddof: int) -> bool:
+    """Whether ``seeds`` values k_i / denominator (integers k_i, in percent) have the printed mean and,
+    with ``ddof``, the printed std (both to ``decimals`` places)."""
+    import itertools
+    import math
+
+    half = 0.5 * 10 ** -decimals + 1e-9
+    step = 100.0 / denominator
+    lo = math.ceil((mean - half) * seeds / step - 1e-9)
+    hi = math.floor((mean + half) * seeds / step + 1e-9)
+    reach = int((std + half) * math.sqrt(seeds) / step) + 2   # no value lies further than this from the mean
+    for total in range(lo, hi + 1):
+        centre = total // seeds
+        for head in itertools.combinations_with_replacement(range(centre - reach, centre + reach + 1), seeds - 1):
+            last = total - sum(head)
+            if last < head[-1]:
+                continue
+            values = [100.0 * k / denominator for k in (*head, last)]
+            m = sum(values) / seeds
+            sd = math.sqrt(sum((v - m) ** 2 for v in values) / (seeds - ddof))
+            if abs(sd - std) <= half:
+                return True
+    return False
+
+
+def admitted_ddof(paper: pd.DataFrame, benchmark: str, metric: str, denominator: int, ddof: int,
+                  decimals: int = 2) -> tuple[int, int]:
+    """(trained cells whose printed mean and ± some seed values k / denominator give with ``ddof``,
+    trained cells). Why: the paper does not say whether its ± is a sample or a population std, and the
+    seeds' variance of a mean depends on it; where the printed digits are fine enough (ARC-Challenge's
+    accuracies, two decimals over 1,165 questions) only one reading fits (report.choices)."""
+    sub = paper[(paper.benchmark == benchmark) & (paper.metric == metric) & (paper.variant == "")
+                & (paper.train_mode != "none")].drop_duplicates(CELL_KEYS)
+    seeds = [paper_seeds(m) for m in sub.train_mode]
+    fits = sum(admits_seeds(m, s, denominator, k, decimals, ddof) for m, s, k in zip(sub["mean"], sub["std"], seeds))
+    return fits, len(sub)

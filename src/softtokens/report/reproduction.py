@@ -13,27 +13,34 @@ The uncertainty of a cell (its standard error ``se``) has two parts:
   measured from the evaluation file's own questions (variance of the per-question value / N).
   The paper publishes only means: a proportion p (pass@1, pass@k, accuracy) gets the binomial
   p (1 - p) / N, which bounds the variance of any mean of per-question values in [0, 1]; an NLL
-  gets (NLL_ROW_CV x mean)^2 / N.
+  gets (Spec.nll_row_cv x mean)^2 / N. The paper's ± is read as its specification says (a
+  population std by default: report.choices), and stored as the sample std it implies.
 
 se^2 = std^2 / k + sampling variance. Ours beside the paper's is an unpaired comparison (the
-paper's per-question results are not published): they match when |a - b| <= Z sqrt(se_a^2 + se_b^2).
-Two of *our* cells are compared paired, on their questions (report.uncertainty); our cells keep
-their per-question values (``questions``) for that. docs/protocol.md states the rules with worked cases.
+paper's per-question results are not published), read as a claim of sameness: the two *agree*
+when the difference's interval lies inside the margin, *differ* when it lies outside, and are
+undecided otherwise (report.judging), so a noisier reproduction cannot agree more easily. Two of
+*our* cells are compared paired, on their questions (report.uncertainty); our cells keep their
+per-question values (``questions``) and per-seed values (``values``, ``seeds``) for that.
+docs/protocol.md states the rules with worked cases.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from softtokens.data.sources import test_size
+from softtokens.report import uncertainty
+from softtokens.report.choices import DEFAULT, MARGINS, NLL, POINTS, Spec
 from softtokens.report.paper import CELL_KEYS, PAPER_SEEDS, TABLES, paper_seeds
 from softtokens.report.results import load_eval_frame, load_loglik_frame
-from softtokens.report.uncertainty import NLL_ROW_CV, Z, cell_se, proportion_var
+from softtokens.report.uncertainty import cell_se, proportion_var
 
-__all__ = ["NLL_ROW_CV", "Z", "cell_se", "proportion_var", "PAPER_SEEDS", "seed_rows", "aggregate", "paper_cells",
-           "paper_conflicts", "compare", "with_spread"]
+__all__ = ["cell_se", "proportion_var", "PAPER_SEEDS", "seed_rows", "aggregate", "paper_cells", "paper_conflicts",
+           "compare", "with_spread", "AGREES", "DIFFERS", "UNDECIDED"]
 
 # ---------------------------------------------------------------- our cells
 def seed_rows(eval_paths) -> pd.DataFrame:
@@ -90,10 +97,12 @@ def _mean_questions(series) -> pd.Series | None:
 
 def aggregate(seeds: pd.DataFrame) -> pd.DataFrame:
     """Per cell: mean, sample std (NaN for one seed of a trained run; 0 for a base model), seed
-    count ``n``, the mean sampling variance, ``se``, the per-seed values in seed order (a claim
-    calls two cells identical, so not informative, when these are equal), the per-question values
-    averaged over seeds (``questions``: paired comparisons, report.uncertainty), the evaluation files."""
-    columns = [*CELL_KEYS, "mean", "std", "n", "sampling_var", "se", "values", "questions", "protocol", "paths"]
+    count ``n``, the mean sampling variance, ``se``, the per-seed values in seed order and the seeds
+    (a claim calls two cells identical, so not informative, when the values are equal; one run's
+    cells give a contrast's seed variance from them: report.uncertainty), the per-question values
+    averaged over seeds (``questions``: paired comparisons), the evaluation files."""
+    columns = [*CELL_KEYS, "mean", "std", "n", "sampling_var", "se", "values", "seeds", "questions", "protocol",
+               "paths"]
     if seeds.empty:
         return pd.DataFrame(columns=columns)
     seeds = seeds.sort_values("seed")
@@ -102,6 +111,7 @@ def aggregate(seeds: pd.DataFrame) -> pd.DataFrame:
     # a file without per-question rows (written before they were kept): its seeds' spread only
     out["sampling_var"] = g["sampling_var"].mean().fillna(0.0).values
     out["values"] = g["value"].agg(lambda s: tuple(round(v, 9) for v in s)).values
+    out["seeds"] = g["seed"].agg(tuple).values
     out["questions"] = [_mean_questions(sub["questions"]) for _, sub in g]
     out["protocol"] = g["protocol"].agg(lambda s: next((p for p in s if p), None)).values
     out["paths"] = g["path"].agg(lambda s: sorted(s)).values
@@ -127,60 +137,107 @@ def paper_conflicts(paper: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns="_rank").reset_index(drop=True)
 
 
-def paper_cells(paper: pd.DataFrame, test_set: bool = True, precedence: tuple[str, ...] = TABLE_PRECEDENCE
+def paper_cells(paper: pd.DataFrame, spec: Spec = DEFAULT, precedence: tuple[str, ...] = TABLE_PRECEDENCE
                 ) -> pd.DataFrame:
     """The paper's numbers as cells: one row per key, from the first table of ``precedence`` that
     prints it (paper_conflicts lists where tables disagree); seeds (3, 2 for the ablations, 1 for a
-    base model); the test-set variance its benchmark's size implies, or 0 with ``test_set`` False
-    (the seeds alone: the strict end of a claim of similarity, report.claims); se."""
+    base model); ``std`` the sample std its printed ± implies under ``spec`` (``shown_std`` the
+    printed one); the test-set variance its benchmark's size implies; se."""
     rank = {t: i for i, t in enumerate(precedence)}
     ordered = paper.assign(_rank=paper.table.map(lambda t: rank.get(t, len(rank)))).sort_values("_rank", kind="stable")
-    cells = with_spread(ordered.drop_duplicates(CELL_KEYS)[[*CELL_KEYS, "table", "mean", "std"]], test_set)
+    cells = with_spread(ordered.drop_duplicates(CELL_KEYS)[[*CELL_KEYS, "table", "mean", "std"]], spec)
     cells["values"] = None
+    cells["seeds"] = None
     cells["questions"] = None
     cells["protocol"] = None
     return cells.reset_index(drop=True)
 
 
-def with_spread(paper: pd.DataFrame, test_set: bool = True) -> pd.DataFrame:
-    """Rows of the paper's numbers with their seeds ``n`` (paper_seeds), test-set variance
-    ``sampling_var`` (0 with ``test_set`` False) and standard error ``se``."""
+def sample_std(std, n, ddof: int):
+    """The sample std (ddof 1) of n values whose std was printed with ``ddof``."""
+    if ddof == 1:
+        return std
+    return np.where(np.asarray(n) > 1, np.asarray(std) * np.sqrt(np.asarray(n) / np.maximum(np.asarray(n) - 1, 1)), std)
+
+
+def with_spread(paper: pd.DataFrame, spec: Spec = DEFAULT) -> pd.DataFrame:
+    """Rows of the paper's numbers with their seeds ``n`` (paper_seeds), the sample ``std`` their ± implies
+    (``shown_std`` as printed), test-set variance ``sampling_var`` and standard error ``se``."""
     out = paper.copy()
     out["n"] = [paper_seeds(m, v) for m, v in zip(out.train_mode, out.variant)]
-    out["sampling_var"] = [paper_sampling_var(b, m, x) if test_set else 0.0
+    out["shown_std"] = out["std"]
+    out["std"] = sample_std(out["std"].to_numpy(dtype=float), out["n"].to_numpy(), spec.paper_ddof)
+    out["sampling_var"] = [paper_sampling_var(b, m, x, spec.nll_row_cv)
                            for b, m, x in zip(out.benchmark, out.metric, out["mean"])]
     out["se"] = [cell_se(s, k, v) for s, k, v in zip(out["std"], out["n"], out["sampling_var"])]
     return out
 
 
-def paper_sampling_var(benchmark: str, metric: str, mean: float) -> float:
+def paper_sampling_var(benchmark: str, metric: str, mean: float, nll_row_cv: float = DEFAULT.nll_row_cv) -> float:
     n = test_size(benchmark)  # a paper benchmark is named as its loader
     if n is None:
         return float("nan")
     if metric == "nll_correct":
-        return (NLL_ROW_CV * mean) ** 2 / n
+        return (nll_row_cv * mean) ** 2 / n
     return proportion_var(mean, n)
 
 
 # ---------------------------------------------------------------- cell by cell
-def compare(paper: pd.DataFrame, ours: pd.DataFrame) -> pd.DataFrame:
+AGREES, DIFFERS, UNDECIDED = "agrees", "differs", "undecided"
+
+
+def cell_margin(metric: str, spec: Spec = DEFAULT) -> float:
+    """How far ours may sit from the paper's and still agree: the claims' margin of the metric's unit."""
+    return MARGINS[NLL if metric == "nll_correct" else POINTS].value * spec.margin_scale
+
+
+def agreement(diff, ours_var, ours_n, paper_var, paper_n, margin: float, spec: Spec = DEFAULT) -> tuple:
+    """(verdict, interval low, interval high) of ours - the paper's: two independent cells, each a seed
+    part (std^2 / n, n - 1 df) and a test-set part; the interval of two one-sided tests at alpha."""
+    (o_seed, o_test), (p_seed, p_test) = ours_var, paper_var
+    parts = [(v, n) for v, n in ((o_seed, ours_n), (p_seed, paper_n)) if v > 0 and n > 1]
+    seeds = o_seed + p_seed
+    denom = sum(v * v / (n - 1) for v, n in parts)
+    seed_df = seeds ** 2 / denom if denom > 0 else math.inf
+    test = (o_test if spec.test_set != "none" else 0.0) + (p_test if spec.test_set != "none" else 0.0)
+    est = uncertainty.Estimate(diff, math.sqrt(seeds + test), uncertainty.satterthwaite(seeds, seed_df, test)
+                               if spec.dist == "t" else math.inf, uncertainty.UNPAIRED, seeds, test, seed_df,
+                               max(ours_n, paper_n))
+    lo, hi = uncertainty.interval(est, spec.alpha)
+    verdict = AGREES if -margin < lo and hi < margin else DIFFERS if lo >= margin or hi <= -margin else UNDECIDED
+    return verdict, lo, hi
+
+
+def compare(paper: pd.DataFrame, ours: pd.DataFrame, spec: Spec = DEFAULT) -> pd.DataFrame:
     """Every paper cell (every table's row: a cell two tables print differently is compared with
-    each) with ours beside it: ``ours_mean`` NaN where we have no such cell; the unpaired tolerance
-    Z sqrt(se_paper^2 + se_ours^2) (the paper's per-question results are not published), where ours
-    with one seed (spread unknown) counts its sampling variance only. An accuracy measured under
-    another protocol than the paper's (generative, softtokens.ood) is shown but not compared."""
-    out = paper.assign(paper_se=with_spread(paper)["se"])
+    each) with ours beside it: ``ours_mean`` NaN where we have no such cell; ``agreement`` of ours with
+    the paper's within ``margin`` (agreement()), unpaired (the paper's per-question results are not
+    published); ours with one seed (spread unknown) counts its sampling variance only. An accuracy
+    measured under another protocol than the paper's (generative, softtokens.ood) is shown but not
+    compared."""
+    spread = with_spread(paper, spec)
+    out = paper.assign(paper_se=spread["se"], paper_seed_var=spread["std"] ** 2 / spread["n"],
+                       paper_test_var=spread["sampling_var"], paper_n=spread["n"])
     out = out.rename(columns={"mean": "paper_mean", "std": "paper_std"})
     mine = ours.rename(columns={"mean": "ours_mean", "std": "ours_std", "n": "ours_n", "se": "ours_se",
                                 "protocol": "ours_protocol"})
     out = out.merge(mine[[*CELL_KEYS, "ours_mean", "ours_std", "ours_n", "ours_se", "sampling_var", "ours_protocol"]],
                     on=CELL_KEYS, how="left")
-    ours_se = out["ours_se"].fillna(out["sampling_var"].pow(0.5))
     out["diff"] = out["ours_mean"] - out["paper_mean"]
-    out["tolerance"] = Z * (out["paper_se"] ** 2 + ours_se ** 2) ** 0.5
+    out["margin"] = [cell_margin(m, spec) for m in out.metric]
     other_protocol = (out.metric == "accuracy") & out.ours_protocol.notna() & (out.ours_protocol != "generative")
-    out["within"] = [None if math.isnan(d) or math.isnan(t) or o else bool(abs(d) <= t + 1e-9)
-                     for d, t, o in zip(out["diff"], out["tolerance"], other_protocol)]
+    verdicts, lows, highs = [], [], []
+    for r, other in zip(out.itertuples(), other_protocol):
+        if math.isnan(r.diff) or other or pd.isna(r.sampling_var):
+            verdicts.append(None), lows.append(float("nan")), highs.append(float("nan"))
+            continue
+        base = r.train_mode == "none"
+        o_seed = 0.0 if base or pd.isna(r.ours_std) or pd.isna(r.ours_n) else r.ours_std ** 2 / r.ours_n
+        v, lo, hi = agreement(r.diff, (o_seed, r.sampling_var), 1 if base or pd.isna(r.ours_n) else int(r.ours_n),
+                              (r.paper_seed_var, r.paper_test_var), int(r.paper_n), r.margin, spec)
+        verdicts.append(v), lows.append(lo), highs.append(hi)
+    out["agreement"] = pd.Series(verdicts, index=out.index, dtype=object)
+    out["ci_low"], out["ci_high"] = lows, highs
     out["note"] = ["accuracy by the cloze protocol: not the paper's (generative), not compared" if o else ""
                    for o in other_protocol]
-    return out.drop(columns=["sampling_var"])
+    return out.drop(columns=["sampling_var", "paper_seed_var", "paper_test_var", "paper_n"])

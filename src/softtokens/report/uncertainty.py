@@ -1,27 +1,25 @@
-"""The standard error of a cell, of a difference of two cells and of an average of differences:
-paired where the cells were scored on the same questions, unpaired where only their means are known.
+"""The estimate, standard error and degrees of freedom of a contrast of cells, and the one-sided
+tests a claim's verdict is made of.
 
-Why one home: a verdict of "similar" or "beyond" is only as good as the standard error under it,
-and the paper's claims compare cells in three shapes (one against one, an average over many, a
-shared base model against several trainings). Each is a *contrast*, a weighted sum sum_k w_k x_k
-of cells (a difference: +1 and -1; an average of m differences: +-1/m each, a cell that enters
-several of them carrying the sum of its weights). Its variance has two parts:
+Why one home: a verdict is only as good as the error under it, and the paper's claims compare cells
+in three shapes (one against one, an average over many, a shared base model against several
+trainings). Each is a *contrast* sum_k w_k x_k of cells (a difference: +1 and -1; an average of m
+differences: +-1/m each, a cell in several of them carrying the sum of its weights). Its variance:
 
-- **seeds**: sum_k w_k^2 std_k^2 / n_k. Different cells are different training runs (or a base
-  model, one evaluation, no seed spread), so their seeds are independent.
-- **the test set**: the questions are the same for every cell of a benchmark, so two cells on it
-  are not independent. Paired (ours: the evaluation files keep per-question results): per
-  benchmark, the variance over its N questions of sum_k w_k q_k, divided by N, where q_k is cell
-  k's per-question value averaged over its seeds (Miller 2024, "Adding Error Bars to Evals":
-  paired differences; the covariance of cells on the same questions is inside it, which is why
-  a paired difference of two correlated cells has a far smaller error than the unpaired sum).
-  Unpaired (the paper's cells, means only; ours against the paper's): sum_k w_k^2 s_k, each cell's
-  own test-set variance s_k taken as independent. For a claim that two cells *differ* that is the
-  safe side; for a claim that they are *similar* it is the lenient one, so the paper's numbers are
-  judged at both ends (seeds alone, and seeds + this term: report.claims).
+- **seeds**, per training run (a run's seeds are scored on every benchmark and setting, so one run's
+  cells are not independent; different runs are): ours measured, the per-seed values of the run's
+  cells giving the per-seed contrast, its variance over seeds / n; the paper's modelled, from each
+  cell's std with correlation ``Spec.rho`` between two cells of one run. A base model is one
+  evaluation: no seed part.
+- **the test set**: paired (ours, Miller 2024, "Adding Error Bars to Evals"): per benchmark, the
+  variance over its N questions of sum_k w_k q_k, / N, where q_k is cell k's per-question value
+  averaged over its seeds; unpaired (the paper's means): sum_k w_k^2 s_k, each cell's own test-set
+  variance; or none (a specification that leaves it out).
 
-A single cell's test-set variance (reproduction.py): ours measured from its questions, the paper's
-a binomial p (100 - p) / N for a proportion and (NLL_ROW_CV x mean)^2 / N for an NLL.
+Degrees of freedom (Welch-Satterthwaite): each run's seed part has n - 1, the test-set part is
+taken as exact (hundreds of questions), so a contrast resting on three seeds is judged with
+Student's t at about 2 df and one dominated by the test set as with z. Every function here takes
+floats or numpy arrays of draws alike (report.reproducibility simulates thousands at once).
 """
 
 from __future__ import annotations
@@ -30,16 +28,13 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
+from softtokens.report.choices import DEFAULT, NO_TEST_SET, PAIRED, UNPAIRED, Spec
 from softtokens.report.paper import CELL_KEYS
 
-Z = 2.0            # standard errors: two cells differ beyond Z x the standard error of their difference
-# the per-question spread of the paper's NLL of the correct answer, relative to its mean (the
-# paper gives means only); a per-token NLL averaged over one answer varies about as much as it is large
-NLL_ROW_CV = 1.0
-
-PAIRED, UNPAIRED = "paired", "unpaired"
+RUN_KEYS = ("model", "train_dataset", "train_mode", "variant")   # one training run's cells share these
 
 
 def proportion_var(mean_percent: float, n: int) -> float:
@@ -48,30 +43,11 @@ def proportion_var(mean_percent: float, n: int) -> float:
 
 
 def cell_se(std: float, seeds: int, sampling_var: float) -> float:
-    """Standard error of one cell: std^2 / seeds + its test-set variance. A base model (std 0, one
-    seed) keeps the test-set part; NaN when the seed spread is unknown (one seed of a trained run)."""
+    """Standard error of one cell: std^2 / seeds + its test-set variance (std a sample std). A base
+    model (std 0, one seed) keeps the test-set part; NaN when the seed spread is unknown."""
     if seeds < 1 or pd.isna(std) or pd.isna(sampling_var):
         return float("nan")
     return math.sqrt(std * std / seeds + sampling_var)
-
-
-def seed_var(cell: Mapping) -> float:
-    """The seeds' share of a cell's variance, std^2 / n (0 for one evaluation of a base model; NaN
-    for a trained cell whose spread is unknown)."""
-    std, n = cell["std"], cell["n"]
-    if pd.isna(std) or pd.isna(n) or n < 1:
-        return float("nan")
-    return float(std) ** 2 / float(n)
-
-
-def test_var(cell: Mapping) -> float:
-    """The test set's share of a cell's variance: its ``sampling_var``, or, for a cell given only
-    its standard error, what of se^2 the seeds leave."""
-    v = cell.get("sampling_var", float("nan")) if hasattr(cell, "get") else float("nan")
-    if not pd.isna(v):
-        return float(v)
-    se = cell["se"]
-    return float("nan") if pd.isna(se) else max(0.0, float(se) ** 2 - (seed_var(cell) if not pd.isna(seed_var(cell)) else 0.0))
 
 
 def cell_key(cell: Mapping) -> tuple:
@@ -84,21 +60,83 @@ def questions_of(cell: Mapping) -> pd.Series | None:
     return q if isinstance(q, pd.Series) and len(q) else None
 
 
+def test_var(cell: Mapping):
+    """The test set's share of a cell's variance (its ``sampling_var``)."""
+    v = cell.get("sampling_var", float("nan")) if hasattr(cell, "get") else float("nan")
+    return 0.0 if v is None else v
+
+
+def _isnan(x) -> bool:
+    return bool(np.any(np.isnan(x)))
+
+
 @dataclass(frozen=True)
-class Spread:
-    """The standard error of a contrast and how its test-set part was taken."""
+class Estimate:
+    """A contrast's value, standard error and degrees of freedom, and how its error was taken."""
 
-    se: float
-    kind: str             # PAIRED or UNPAIRED
-    seeds_var: float      # the seeds' share of se^2
-    test_var: float       # the test set's share of se^2
+    value: object          # float, or an array of draws
+    se: object
+    df: object             # inf where no seed part (or a z specification)
+    kind: str              # PAIRED / UNPAIRED / NO_TEST_SET: how the test set entered
+    seeds_var: object      # the seeds' share of se^2
+    test_var: object       # the test set's share of se^2
+    seed_df: object        # the seed part's own Welch-Satterthwaite df (inf when it is 0)
+    seeds: int             # seeds per run behind the seed part (for "how many would decide it")
 
-    @property
-    def tolerance(self) -> float:
-        return Z * self.se
+    def rescaled(self, seeds: int) -> "Estimate":
+        """The same contrast with ``seeds`` seeds per run (its seed part scaled by n / seeds)."""
+        if self.seeds < 2 or seeds == self.seeds:
+            return self
+        sv = self.seeds_var * self.seeds / seeds
+        sdf = self.seed_df * (seeds - 1) / (self.seeds - 1)
+        return Estimate(self.value, np.sqrt(sv + self.test_var), satterthwaite(sv, sdf, self.test_var), self.kind,
+                        sv, self.test_var, sdf, seeds)
 
-    def __str__(self) -> str:
-        return f"{self.kind} tolerance {self.tolerance:.2f}"
+
+def satterthwaite(seeds_var, seed_df, test_var):
+    """Welch-Satterthwaite df of seeds_var (seed_df df) + test_var (exact)."""
+    total = seeds_var + test_var
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = np.where(np.asarray(seeds_var) > 0, total ** 2 / (np.asarray(seeds_var) ** 2 / seed_df), np.inf)
+    return float(df) if np.ndim(df) == 0 else df
+
+
+def _seed_parts(weighted: list[tuple[Mapping, float]], rho: float) -> list[tuple[object, int]]:
+    """(variance, seeds) of each training run's share of the contrast's seed variance."""
+    runs: dict[tuple, list[tuple[Mapping, float]]] = {}
+    for cell, w in weighted:
+        if cell["train_mode"] != "none":          # a base model: one evaluation, no seed part
+            runs.setdefault(tuple(cell[k] for k in RUN_KEYS), []).append((cell, w))
+    parts = []
+    for members in runs.values():
+        measured = _measured(members)
+        if measured is not None:
+            parts.append(measured)
+            continue
+        n = min(int(c["n"]) for c, _ in members)
+        sds = [(c["std"], w, int(c["n"])) for c, w in members]
+        var = sum(w * w * s * s / k for s, w, k in sds)
+        for i in range(len(sds)):
+            for j in range(i + 1, len(sds)):
+                si, wi, ki = sds[i]
+                sj, wj, kj = sds[j]
+                var = var + 2 * rho * wi * wj * si * sj / math.sqrt(ki * kj)
+        parts.append((var, n))
+    return parts
+
+
+def _measured(members: list[tuple[Mapping, float]]):
+    """One run's seed variance from its per-seed values (ours), or None where the cells do not carry
+    the same seeds (then it is modelled from their stds)."""
+    seeds = [c.get("seeds") if hasattr(c, "get") else None for c, _ in members]
+    values = [c.get("values") if hasattr(c, "get") else None for c, _ in members]
+    if any(s is None or v is None or len(v) != len(s) for s, v in zip(seeds, values)):
+        return None
+    if len(set(map(tuple, seeds))) != 1 or len(seeds[0]) < 2:
+        return None
+    per_seed = sum(w * np.asarray(v, dtype=float) for (_, w), v in zip(members, values))
+    n = len(seeds[0])
+    return float(np.var(per_seed, ddof=1)) / n, n
 
 
 def _weights(terms: Iterable[tuple[Mapping, float]]) -> list[tuple[Mapping, float]]:
@@ -126,35 +164,86 @@ def _paired_test_var(weighted: list[tuple[Mapping, float]]) -> float | None:
             return None
         combo = sum(w * q.reindex(ids).to_numpy(dtype=float) for q, w in parts)
         n = len(ids)
-        mean = combo.sum() / n
-        total += float(((combo - mean) ** 2).sum()) / n / n
+        total += float(((combo - combo.mean()) ** 2).sum()) / n / n
     return total
 
 
-def contrast(terms: Iterable[tuple[Mapping, float]], pair: bool = True) -> Spread:
-    """The standard error of sum_k w_k x_k over cells (module docstring): paired when ``pair`` and
-    every cell has per-question values on its benchmark's common questions, unpaired otherwise."""
+def contrast(terms: Iterable[tuple[Mapping, float]], spec: Spec = DEFAULT) -> Estimate:
+    """sum_k w_k x_k over cells, with its error (module docstring) under ``spec``: its test-set
+    term paired where it asks for that and every cell has per-question values on its benchmark's
+    common questions, unpaired where it cannot be paired, none where the specification leaves it out."""
     weighted = _weights(terms)
-    seeds = sum(w * w * seed_var(c) for c, w in weighted)
-    test = _paired_test_var(weighted) if pair else None
-    kind = PAIRED
-    if test is None:
-        kind = UNPAIRED
-        test = sum(w * w * test_var(c) for c, w in weighted)
+    value = sum(w * c["mean"] for c, w in weighted) if weighted else 0.0
+    parts = _seed_parts(weighted, spec.rho)
+    seeds = sum((v for v, _ in parts), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        denom = sum((v * v / (n - 1) if n > 1 else v * np.inf for v, n in parts), 0.0)
+        seed_df = np.where(np.asarray(denom) > 0, np.asarray(seeds) ** 2 / denom, np.inf)
+    seed_df = float(seed_df) if np.ndim(seed_df) == 0 else seed_df
+    if spec.test_set == NO_TEST_SET:
+        kind, test = NO_TEST_SET, 0.0
+    else:
+        test = _paired_test_var(weighted) if spec.test_set == PAIRED else None
+        kind = PAIRED
+        if test is None:
+            kind = UNPAIRED
+            test = sum(w * w * test_var(c) for c, w in weighted)
     total = seeds + test
-    se = math.sqrt(total) if not math.isnan(total) else float("nan")
-    return Spread(se, kind, seeds, test)
+    se = np.sqrt(total)
+    se = float(se) if np.ndim(se) == 0 else se
+    df = satterthwaite(seeds, seed_df, test) if spec.dist == "t" else math.inf
+    n = max((k for _, k in parts), default=1)
+    return Estimate(value, se, df, kind, seeds, test, seed_df, n)
 
 
-def difference(a: Mapping, b: Mapping, pair: bool = True) -> Spread:
-    """The standard error of a - b."""
-    return contrast([(a, 1.0), (b, -1.0)], pair)
+def difference(a: Mapping, b: Mapping, spec: Spec = DEFAULT) -> Estimate:
+    """a - b."""
+    return contrast([(a, 1.0), (b, -1.0)], spec)
 
 
-def average_difference(pairs: list[tuple[Mapping, Mapping]], pair: bool = True) -> tuple[float, Spread]:
-    """The mean of (a_i - b_i) over the pairs and its standard error, a cell shared by several pairs
-    (one base model against each of its trainings) counted once with the sum of its weights."""
+def average_difference(pairs: list[tuple[Mapping, Mapping]], spec: Spec = DEFAULT) -> Estimate:
+    """The mean of (a_i - b_i) over the pairs, a cell shared by several pairs (one base model against
+    each of its trainings) counted once with the sum of its weights."""
     m = len(pairs)
-    mean = sum(float(a["mean"]) - float(b["mean"]) for a, b in pairs) / m
-    terms = [t for a, b in pairs for t in ((a, 1.0 / m), (b, -1.0 / m))]
-    return mean, contrast(terms, pair)
+    return contrast([t for a, b in pairs for t in ((a, 1.0 / m), (b, -1.0 / m))], spec)
+
+
+# ---------------------------------------------------------------- one-sided tests
+def survival(x, df):
+    """P(T > x) for Student's t with ``df`` degrees of freedom (normal where df is infinite)."""
+    from scipy.special import ndtr, stdtr
+
+    x = np.asarray(x, dtype=float)
+    df = np.broadcast_to(np.asarray(df, dtype=float), x.shape)
+    out = np.where(np.isinf(df), ndtr(-x), stdtr(np.where(np.isinf(df), 1.0, df), -x))
+    return float(out) if out.ndim == 0 else out
+
+
+def quantile(p: float, df):
+    """The t (normal where df is infinite) quantile: P(T <= q) = p."""
+    from scipy.special import ndtri, stdtrit
+
+    df = np.asarray(df, dtype=float)
+    out = np.where(np.isinf(df), ndtri(p), stdtrit(np.where(np.isinf(df), 1.0, df), p))
+    return float(out) if out.ndim == 0 else out
+
+
+def p_greater(est: Estimate, threshold) -> object:
+    """One-sided p-value of 'the true contrast is above threshold' (small: established)."""
+    value, se = np.asarray(est.value, dtype=float), np.asarray(est.se, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(se > 0, (value - threshold) / se, np.where(value > threshold, np.inf, -np.inf))
+    return survival(z, est.df)
+
+
+def p_less(est: Estimate, threshold) -> object:
+    """One-sided p-value of 'the true contrast is below threshold'."""
+    neg = Estimate(-np.asarray(est.value, dtype=float), est.se, est.df, est.kind, est.seeds_var, est.test_var,
+                   est.seed_df, est.seeds)
+    return p_greater(neg, -threshold)
+
+
+def interval(est: Estimate, alpha: float):
+    """The two-sided 1 - 2 alpha confidence interval (the one two one-sided tests at alpha read)."""
+    half = quantile(1 - alpha, est.df) * est.se
+    return est.value - half, est.value + half

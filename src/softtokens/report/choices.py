@@ -1,0 +1,165 @@
+"""Every choice a verdict on a claim depends on, named, with its default, its reason and the
+alternatives a careful reader could defend (the report judges every claim under each of them).
+
+Why one home: the arithmetic of a verdict is easy to check; the choices under it are not, unless
+they are written down. A reviewer who recomputed every count still could not see that "similar"
+was read as "not significantly different" (so more noise passed more claims), that the paper's
+± was read as a sample std, or that one run's seeds counted as independent on three benchmarks.
+Each such choice is a field of ``Spec``; ``CHOICES`` says why its default is what it is and which
+alternatives the report tries ("what would flip it"). docs/protocol.md's table of them is
+generated from here (report.doc_blocks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+# ---------------------------------------------------------------- margins ("similar" by how much)
+POINTS, NLL = "points", "nll"
+
+
+@dataclass(frozen=True)
+class Margin:
+    value: float
+    unit: str
+    why: str
+
+
+# The equivalence margin of a claim of sameness ("similar", "comparable", "matching", "preserve",
+# "recover", "no benefit"): a difference inside +-margin counts as the same. A claim names which
+# of these it reads; `judging.margins.<claim>` in config.yaml overrides it for one claim.
+MARGINS = {
+    POINTS: Margin(2.5, "percentage points",
+                   "The paper's own words for a difference: hard-trained models' greedy-vs-sample pass@1 gap is "
+                   "'very small' (1.0 points on average over its 15 cells, at most 3.3), soft/fuzzy-trained models' "
+                   "is 'a gap' (5.5 and 7.2 on average, at least 2.3). Any margin between 1.0 and 5.5 calls the first "
+                   "the same and the second different; 2.5 is their geometric middle, rounded to a half point. "
+                   "Used for every percentage (pass@1, pass@k, accuracy)."),
+    NLL: Margin(0.1, "nats per token",
+                "Half of the change the paper's own sentence calls a degradation: hard training's NLL of the correct "
+                "answer rises by 0.19 nats per token on average over the out-of-domain table's 15 cells. A "
+                "'preserved' NLL must stay well inside the harm it is contrasted with."),
+}
+
+# ---------------------------------------------------------------- quantifiers
+# "most": more than half of the units; "every" (or an unqualified statement): all of them;
+# "generally": at least Spec.generally of them; "on average": one contrast, its mean
+MOST, GENERALLY, EVERY, AVERAGE = "most", "generally", "every", "on average"
+
+# ---------------------------------------------------------------- the specification
+PAIRED, UNPAIRED, NO_TEST_SET = "paired", "unpaired", "none"
+FAMILY_WISE, PER_COMPARISON = "family-wise", "per comparison"
+SENTENCE_UNIT, COMPARISON_UNIT = "sentence", "comparison"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One reading of every choice (CHOICES: what each field means and why its default)."""
+
+    alpha: float = 0.05                 # each one-sided test's level; a quantified claim's family-wise level
+    dist: str = "t"                     # "t": Student t, Welch-Satterthwaite df from the seeds; "z": normal
+    paper_ddof: int = 0                 # the paper's ±: 0 population std (numpy's default), 1 sample std
+    test_set: str = PAIRED              # the questions' variance: paired (ours), unpaired, none
+    rho: float = 0.5                    # correlation of one training run's seed errors across its cells
+    nll_row_cv: float = 1.0             # the paper's NLL per question: spread / mean (its test-set term)
+    margin_scale: float = 1.0           # every margin times this
+    generally: float = 2 / 3            # the share "generally" asks for
+    generally_strict: bool = False      # "generally" as strictly more than that share
+    multiplicity: str = FAMILY_WISE     # how a quantifier counts: family-wise (partial conjunction) or raw
+    unit: str = SENTENCE_UNIT           # what a quantifier counts: the unit the sentence names, or comparisons
+    margins: tuple[tuple[str, float], ...] = field(default=())   # per-claim overrides (config.yaml judging.margins)
+
+    def margin(self, claim: str, kind: str | None) -> float:
+        """The margin a claim judges sameness by under this specification (0 for a claim without one)."""
+        if kind is None:
+            return 0.0
+        override = dict(self.margins).get(claim)
+        return (MARGINS[kind].value if override is None else float(override)) * self.margin_scale
+
+    def with_margins(self, margins: dict | None) -> "Spec":
+        return replace(self, margins=tuple(sorted((margins or {}).items())))
+
+
+DEFAULT = Spec()
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One choice: the field it sets, why the default, and the alternatives the report tries."""
+
+    name: str
+    field: str
+    why: str
+    alternatives: tuple[tuple[str, dict], ...]   # (label, fields changed)
+    sources: tuple[str, ...] = ("paper", "ours")  # whose numbers it can change
+    shown: str | None = None                       # the default in words, where the field's value is not it
+
+    def default_text(self, spec: "Spec" = None) -> str:
+        value = getattr(spec or DEFAULT, self.field)
+        return self.shown or (f"{value:.3g}" if isinstance(value, float) else str(value))
+
+
+CHOICES = (
+    Choice("level", "alpha",
+           "Each one-sided test at 0.05, so a claim of sameness reads a 90% interval (the usual two one-sided "
+           "tests); a quantified claim is held at 0.05 family-wise (multiplicity, below).", ()),
+    Choice("margin", "margin_scale",
+           "A claim of sameness is supported only when the difference's confidence interval lies inside +-margin "
+           "(two one-sided tests), contradicted when it lies outside, undecided otherwise: more noise can only "
+           "make a verdict undecided. The margins and why: MARGINS.",
+           (("margin x0.5", {"margin_scale": 0.5}), ("margin x2", {"margin_scale": 2.0})),
+           shown=", ".join(f"{m.value:g} {m.unit}" for m in MARGINS.values())),
+    Choice("distribution", "dist",
+           "The seeds' spread is estimated from 2-3 seeds: Student t with Welch-Satterthwaite degrees of freedom "
+           "(each training run's seeds a component of n-1 df, the test-set term infinite df), so a contrast "
+           "dominated by the test set is judged as by z and one resting on three seeds is not.",
+           (("normal z", {"dist": "z"}),)),
+    Choice("the paper's ±", "paper_ddof",
+           "Population std (ddof 0). ARC-Challenge's accuracies (two decimals, 1,165 questions, 3 seeds) admit "
+           "a seed triple of integer counts matching the printed mean and std for all 15 trained cells read as "
+           "a population std and for only 9 read as a sample std: 6 printed values cannot be a sample std "
+           "(report.paper.admitted_ddof; the other tables cannot tell them apart). The seeds' variance of a "
+           "mean is then std^2/(n-1), not std^2/n.",
+           (("± as sample std", {"paper_ddof": 1}),), sources=("paper",)),
+    Choice("test-set term", "test_set",
+           "The questions are a sample too. Ours: paired, the variance over questions of the per-question "
+           "difference (both cells scored on the same questions). The paper's means cannot be paired: each "
+           "cell's binomial variance at its benchmark's size, unpaired (larger than paired: the safe side, "
+           "now that more variance can only make a verdict undecided).",
+           (("no test-set term", {"test_set": NO_TEST_SET}), ("unpaired test-set term", {"test_set": UNPAIRED}))),
+    Choice("seed correlation", "rho",
+           "One training run (its seeds) is scored on every benchmark and inference setting, so its cells' seed "
+           "errors are correlated; the paper gives no per-seed numbers to measure it. 0.5, between the bounds "
+           "(0: independent, the old reading; 1: one shared seed effect), both tried. Ours is measured: the "
+           "per-seed values of one run's cells give each contrast's seed variance directly.",
+           (("seeds uncorrelated", {"rho": 0.0}), ("seeds fully correlated", {"rho": 1.0})), sources=("paper",)),
+    Choice("NLL spread", "nll_row_cv",
+           "The paper gives NLL means only; the per-question spread of a per-token NLL is taken as its mean "
+           "(coefficient of variation 1), so a cell's test-set variance is mean^2/N. Halved and doubled tried.",
+           (("NLL spread x0.5", {"nll_row_cv": 0.5}), ("NLL spread x2", {"nll_row_cv": 2.0})), sources=("paper",)),
+    Choice("'generally'", "generally",
+           "At least two thirds of the units. Tried: more than half (as loose as 'most') and three quarters.",
+           (("'generally' > 1/2", {"generally": 0.5, "generally_strict": True}),
+            ("'generally' >= 3/4", {"generally": 0.75}))),
+    Choice("multiplicity", "multiplicity",
+           "A quantifier over k comparisons asks that at least m of them hold: supported when the m-th smallest "
+           "p-value times (k-m+1) is at most alpha (Benjamini and Heller's partial conjunction test, Bonferroni "
+           "form; 'every' is then the intersection-union test, each comparison at alpha), contradicted when "
+           "k-m+1 failures are established the same way, so thirty comparisons do not fail 'every' by chance "
+           "alone. Tried: each comparison at alpha, counted raw.",
+           (("raw counts", {"multiplicity": PER_COMPARISON}),)),
+    Choice("unit of count", "unit",
+           "Where the sentence names its unit ('most model-dataset combinations'), a unit holds when every "
+           "comparison in it does; elsewhere the comparisons are the units. Tried: every comparison a unit.",
+           (("every comparison a unit", {"unit": COMPARISON_UNIT}),)),
+)
+
+
+def alternatives(source: str, base: Spec = DEFAULT) -> list[tuple[str, Spec]]:
+    """(label, specification) of the default and of each alternative that can change ``source``'s
+    numbers ("paper" or "ours"), one choice changed at a time."""
+    out = [("default", base)]
+    for choice in CHOICES:
+        if source in choice.sources:
+            out += [(label, replace(base, **changes)) for label, changes in choice.alternatives]
+    return out

@@ -1,0 +1,99 @@
+"""The claims as the report page and the docs show them: one row per claim (margin, verdict,
+how many specifications support it, what would flip it), the answer the page opens with, the rules
+in a paragraph, and the table of every choice a verdict rests on.
+
+Why apart from the page: docs/protocol.md's generated table and the report page print the same rows
+(tests hold them equal), and the page is long enough without them.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from softtokens.report import judging
+from softtokens.report.choices import CHOICES, Spec, alternatives
+
+
+def words(c) -> str:
+    if c.source == "ours":
+        return "(our statement, not a sentence of the paper)"
+    return " … ".join(f"“{q['text']}” ({q['where']})" for q in c.quotes)
+
+
+def _margin(c) -> str:
+    return "—" if not c.margin else f"±{c.margin['value']:g} {c.margin['unit']}"
+
+
+def robustness(c) -> str:
+    """How many specifications support the claim, and whether every one gives the default's verdict."""
+    if not c.sensitivity:
+        return "—"
+    held, tried = c.support()
+    return f"{held} of {tried} support; " + ("robust" if c.robust else "not robust")
+
+
+def flips_text(c) -> str:
+    return "; ".join(c.flips()) or ("—" if not c.sensitivity else "nothing: every specification agrees")
+
+
+def claims_frame(theirs: list, ours: list | None = None) -> pd.DataFrame:
+    """One row per claim: its margin, the verdict on the paper's numbers at the default specification,
+    how many specifications support it, what would flip it; ours beside it (docs/protocol.md shows the
+    paper's columns; a test holds the two equal)."""
+    rows = []
+    for i, p in enumerate(theirs):
+        row = {"claim": f"`{p.key}`", "margin": _margin(p), "verdict (the paper's numbers)": p.verdict,
+               "specifications": robustness(p), "what would flip it": flips_text(p)}
+        if ours is not None:
+            o = ours[i]
+            row = {"claim": o.statement, **{k: v for k, v in row.items() if k != "claim"},
+                   "verdict (ours)": o.verdict, "specifications (ours)": robustness(o)}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _tally(claims_: list) -> str:
+    judged = [c for c in claims_ if c.verdict not in (judging.NOT_JUDGED,)]
+    counts = {v: sum(c.verdict == v for c in judged) for v in judging.VERDICTS}
+    robust = [c.key for c in judged if c.robust and c.verdict == judging.SUPPORTED]
+    words = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    return (f"{words} (of {len(judged)})" + (f"; robust under every specification: {', '.join(f'`{k}`' for k in robust)}"
+                                              if robust else "; none is supported under every specification"))
+
+
+def answer(data: dict) -> str:
+    """The page's first paragraph: how many claims hold on the paper's numbers and on ours."""
+    undecided = [c.key for c in data["claims_paper"] if c.verdict == judging.UNDECIDED]
+    text = (f"**The answer.** On the paper's own numbers: {_tally(data['claims_paper'])}. On this grid's numbers: "
+            f"{_tally(data['claims_ours'])}.")
+    if undecided:
+        text += (f" Undecided means the evidence is short either way ({', '.join(f'`{k}`' for k in undecided)} on the "
+                 f"paper's numbers): each such claim says below what would decide it.")
+    return text
+
+
+def method(spec: Spec) -> str:
+    """The rules in a paragraph, with the specification the verdicts are judged at."""
+    n_paper, n_ours = len(alternatives("paper", spec)), len(alternatives("ours", spec))
+    return (f"**How a claim is judged.** Each claim is the paper's sentence, quoted, and a rule read off its words. "
+            f"A claim of sameness ('similar', 'comparable', 'matching', 'preserve', 'recover', 'no benefit') is "
+            f"*supported* when the difference's {100 * (1 - 2 * spec.alpha):g}% confidence interval lies inside its "
+            f"margin (two one-sided tests at {spec.alpha:g}), *contradicted* when it lies outside, *undecided* "
+            f"otherwise; a claim of difference ('outperforms', 'degrades', 'lower') keeps its one-sided test. More noise "
+            f"can only make a verdict undecided. Intervals use Student's t with Welch-Satterthwaite degrees of freedom "
+            f"from the seeds. A quantifier over k comparisons ('most', 'generally', 'every') is judged family-wise "
+            f"(partial conjunction), with the count the claim would give if it held exactly printed beside it. "
+            f"Two of our cells are compared paired, question by question and seed by seed; the paper's means "
+            f"cannot be. Every choice under a verdict is named below, with its reason, and each claim is judged again "
+            f"under each alternative ({n_paper} specifications on the paper's numbers, {n_ours} on ours): a verdict "
+            f"is *robust* only where every one agrees.")
+
+
+def choices_frame() -> pd.DataFrame:
+    """Every choice a verdict depends on: its default, why, and the alternatives tried (report.choices)."""
+    rows = []
+    for c in CHOICES:
+        rows.append({"choice": c.name, "default": c.default_text(),
+                     "alternatives tried": "; ".join(label for label, _ in c.alternatives) or "—",
+                     "numbers it can change": ", ".join(c.sources), "why": c.why})
+    return pd.DataFrame(rows)

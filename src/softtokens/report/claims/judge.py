@@ -1,0 +1,213 @@
+"""Every registered claim judged on a set of cells: the verdict at the default specification, what
+it rests on, the verdict under each alternative specification ("what would flip it"), and, for an
+undecided claim, what would decide it.
+
+Why plan once, evaluate many times: a claim's comparisons are the paper's sentence, fixed by the
+cells that exist; each specification (report.choices) only changes the statistics, so the plan is
+made once and evaluated under every specification (and, in report.reproducibility, on simulated
+reproductions)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from functools import lru_cache
+
+import pandas as pd
+
+from softtokens.report.choices import DEFAULT, MARGINS, Spec, alternatives
+from softtokens.report.claims.define import ClaimDef, Context
+from softtokens.report.judging import (
+    NOT_JUDGED,
+    UNDECIDED,
+    Claim,
+    claim_code,
+    evaluate_part,
+    evidence_line,
+    index_cells,
+    margin_record,
+    part_words,
+    passk_metric,
+    status_of,
+    test,
+    verdict_of,
+)
+from softtokens.report.reproduction import TABLE_PRECEDENCE, paper_cells
+
+PACKAGE = __name__.rsplit(".", 1)[0]
+NOT_CLAIMS = {"define", "judge"}   # the package's modules that declare no claim
+MAX_SEEDS = 50                     # "what would decide it" looks this far
+
+
+@lru_cache(maxsize=1)
+def registry() -> tuple[ClaimDef, ...]:
+    """Every claim the package's modules declare (CLAIM, or CLAIMS for a family), in report order."""
+    package = importlib.import_module(PACKAGE)
+    found: dict[str, ClaimDef] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name in NOT_CLAIMS:
+            continue
+        module = importlib.import_module(f"{PACKAGE}.{info.name}")
+        for d in (*getattr(module, "CLAIMS", ()), *([module.CLAIM] if hasattr(module, "CLAIM") else [])):
+            if d.key in found:
+                raise ValueError(f"claim {d.key!r} declared twice ({info.name} and another module)")
+            found[d.key] = d
+    return tuple(sorted(found.values(), key=lambda d: (d.order, d.key)))
+
+
+def plans_for(idx: dict, entropy: pd.DataFrame | None, keys: tuple[str, ...] | None = None
+              ) -> list[tuple[ClaimDef, list | None]]:
+    """Each claim's plan on these cells (those of ``keys``, in report order)."""
+    ctx = Context(passk_metric(idx), entropy)
+    defs = registry()
+    if keys is not None:
+        unknown = set(keys) - {d.key for d in defs}
+        if unknown:
+            raise KeyError(f"unknown claim(s) {', '.join(sorted(unknown))} (claims: {', '.join(d.key for d in defs)})")
+        defs = tuple(d for d in defs if d.key in keys)
+    return [(d, d.plan(idx, ctx)) for d in defs]
+
+
+def judge_set(index_for: Callable[[Spec], dict], source: str, entropy: pd.DataFrame | None = None,
+              spec: Spec = DEFAULT, sensitivity: bool = True, keys: tuple[str, ...] | None = None) -> list[Claim]:
+    """Every claim (or those of ``keys``) on the cells ``index_for(spec)`` gives ("paper" or "ours"
+    numbers): judged at ``spec``, then, with ``sensitivity``, at each alternative specification."""
+    idx = index_for(spec)
+    metric = passk_metric(idx)
+    plans = [(d, p) for d, p in plans_for(idx, entropy, keys)]
+    claims, evaluated = [], []
+    for d, plan in plans:
+        margin = spec.margin(d.key, d.margin)
+        statement, rule = d.words(metric, margin if d.margin else None,
+                                  MARGINS[d.margin].unit if d.margin else None)
+        c = Claim(d.key, statement, list(d.quotes), rule, margin=margin_record(d.key, d.margin, spec),
+                  source=d.source)
+        parts = None
+        if plan is None:
+            c.verdict = NOT_JUDGED
+        else:
+            parts = [evaluate_part(p, idx, spec, margin) for p in plan]
+            c.verdict = verdict_of(claim_code(parts))
+            c.parts = [part_record(p) for p in parts]
+            c.evidence = evidence(parts, margin, spec)
+            for p in parts:
+                for e in p["evaluated"]:
+                    if e.est is not None:
+                        c.comparisons[e.est.kind] = c.comparisons.get(e.est.kind, 0) + 1
+            if c.verdict == UNDECIDED:
+                c.decide = what_decides(parts, margin, spec)
+        claims.append(c)
+        evaluated.append(parts)
+    if sensitivity:
+        for label, alt in alternatives(source, spec):
+            alt_idx = idx if alt == spec else index_for(alt)
+            for c, (d, plan) in zip(claims, plans):
+                if plan is None:
+                    continue
+                verdict = c.verdict if alt == spec else verdict_of(claim_code(
+                    [evaluate_part(p, alt_idx, alt, alt.margin(d.key, d.margin)) for p in plan]))
+                c.sensitivity.append({"specification": label, "verdict": verdict})
+        for c in claims:
+            if c.sensitivity:
+                c.robust = all(s["verdict"] == c.verdict for s in c.sensitivity)
+    return claims
+
+
+def part_record(p: dict) -> dict:
+    """A part as claims.json keeps it (plain numbers, no arrays)."""
+    out = {k: p.get(k) for k in ("name", "quantifier", "unit_name", "k", "m", "not_informative")}
+    out["verdict"] = verdict_of(p["code"]) if p["code"] is not None else verdict_of(None)
+    for k in ("supported", "contradicted"):
+        out[k] = int(p.get(k, 0))
+    out["expected"] = None if p.get("expected") is None else round(float(p["expected"]), 2)
+    out["difference"] = bool(p.get("difference", False))
+    out["code"] = None if p["code"] is None else int(p["code"])
+    out["words"] = part_words(out)
+    return out
+
+
+def evidence(parts: list[dict], margin: float, spec: Spec) -> list[str]:
+    lines = []
+    for p in parts:
+        prefix = f"[{p['name']}] " if len(parts) > 1 else ""
+        lines += [prefix + evidence_line(e, margin, spec) for e in p["evaluated"]]
+        lines += [f"{prefix}not informative (identical cells): {c.label}" for c in p.get("skipped", [])]
+    return lines
+
+
+def seeds_to_decide(e, margin: float, spec: Spec) -> int | None:
+    """At this comparison's estimate, the seeds per run that decide it either way (None: no number
+    of seeds up to MAX_SEEDS does: the test-set term alone is too large)."""
+    est = e.est
+    if est is None or est.seeds < 2:
+        return None
+    for n in range(est.seeds + 1, MAX_SEEDS + 1):
+        p_sup, p_con = test(est.rescaled(n), e.comparison.rule, margin)
+        if p_sup <= spec.alpha or p_con <= spec.alpha:
+            return n
+    return None
+
+
+def what_decides(parts: list[dict], margin: float, spec: Spec) -> str:
+    """An undecided claim: its undecided comparisons, and how many seeds (or questions) would decide them."""
+    pending = list({e.comparison: e for p in parts if p["code"] is not None and int(p["code"]) == 0
+                    for e in p["evaluated"] if e.est is not None and status_of(e, spec.alpha) == "undecided"}.values())
+    if not pending:
+        return ("each comparison is decided on its own, but not enough of them at the family-wise level: "
+                "more seeds narrow every interval")
+    seeds = [seeds_to_decide(e, margin, spec) for e in pending]
+    by_seeds = [n for n in seeds if n is not None]
+    text = f"{len(pending)} comparison(s) undecided"
+    if by_seeds:
+        text += (f"; at their estimates {max(by_seeds)} seeds per run would decide "
+                 f"{'all' if len(by_seeds) == len(pending) else len(by_seeds)} of them")
+    rest = len(pending) - len(by_seeds)
+    if rest:
+        text += (f"; {rest} stay undecided with any number of seeds (up to {MAX_SEEDS}): their benchmark's "
+                 f"questions leave too wide an interval (more questions, or per-question results to pair on)")
+    return text
+
+
+# ---------------------------------------------------------------- the two sources
+def judge_claims(cells: pd.DataFrame | dict, entropy: pd.DataFrame | None = None, spec: Spec = DEFAULT,
+                 sensitivity: bool = True, keys: tuple[str, ...] | None = None) -> list[Claim]:
+    """Every claim (or those of ``keys``) on our cells; ``entropy`` (judging.entropy_rows) for the entropy claim."""
+    idx = index_cells(cells)
+    return judge_set(lambda _: idx, "ours", entropy, spec, sensitivity, keys)
+
+
+def judge_claim(key: str, cells: pd.DataFrame | dict, entropy: pd.DataFrame | None = None, spec: Spec = DEFAULT,
+                sensitivity: bool = True):
+    """One claim on our cells."""
+    return judge_claims(cells, entropy, spec, sensitivity, (key,))[0]
+
+
+def paper_index(paper: pd.DataFrame, precedence: tuple[str, ...] = TABLE_PRECEDENCE) -> Callable[[Spec], dict]:
+    """The paper's cells under a specification (its ± read by paper_ddof, its NLL spread), cached."""
+    cache: dict[tuple, dict] = {}
+
+    def index_for(spec: Spec) -> dict:
+        key = (spec.paper_ddof, spec.nll_row_cv)
+        if key not in cache:
+            cache[key] = index_cells(paper_cells(paper, spec, precedence=precedence))
+        return cache[key]
+
+    return index_for
+
+
+def judge_paper_claims(paper: pd.DataFrame, precedence: tuple[str, ...] = TABLE_PRECEDENCE, spec: Spec = DEFAULT,
+                       sensitivity: bool = True) -> list[Claim]:
+    """Every claim on the paper's own numbers; ``precedence``: which table's number a cell two tables
+    print differently takes (reproduction.paper_conflicts)."""
+    return judge_set(paper_index(paper, precedence), "paper", None, spec, sensitivity)
+
+
+def precedence_sensitivity(paper: pd.DataFrame, first: list[Claim] | None = None,
+                           spec: Spec = DEFAULT) -> list[tuple[str, str, str]]:
+    """(claim, verdict with Table 1's numbers first, verdict with the appendix tables' first) for every
+    claim whose verdict on the paper's numbers changes with which table a disagreeing cell is read from."""
+    first = judge_paper_claims(paper, spec=spec, sensitivity=False) if first is None else first
+    appendix_first = tuple(t for t in TABLE_PRECEDENCE if t != "tab:main") + ("tab:main",)
+    other = judge_paper_claims(paper, appendix_first, spec=spec, sensitivity=False)
+    return [(a.key, a.verdict, b.verdict) for a, b in zip(first, other) if a.verdict != b.verdict]
