@@ -58,7 +58,7 @@ def gradient(trainer: Trainer, rollout, adv, n, form) -> tuple[torch.Tensor, obj
     try:
         trainer.opt.zero_grad(set_to_none=True)
         sums = accumulate_gradients(trainer.policy, rollout, adv, n, trainer.cfg, trainer.sigma,
-                                    trainer.engine.vocab_rows, trainer.gaussian_scale)
+                                    trainer.engine.vocab_rows, trainer.gaussian_scale).over(trainer.dp)
         flat = torch.cat([_dense(p.grad).float().flatten() for p in trainer.policy.parameters() if p.grad is not None])
     finally:
         rloo.embedding_gaussian_term = real

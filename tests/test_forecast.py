@@ -126,20 +126,32 @@ def test_rates_scale_with_the_parameter_count():
 
 
 def test_the_default_rates_are_the_committed_gpu_check_s():
-    measured = forecast.throughput_from_gpu_check(json.loads((ROOT / "benchmarks/results/gpu_check_h100.json")
-                                                             .read_text()))
+    """DEFAULT is the newest H100 gpu-check (10c3a31), with the earlier one for hard training (the newer
+    stopped during it) and for the cost of a micro-batch: soft and fuzzy were measured at 8 micro-batches
+    (11.455 and 8.599 s) and at 32 (17.533 and 16.236 s, per token alike): 0.253 and 0.318 s each, 0.294 s
+    pooled. The decode line runs through the full-length runs (64 rows: 7.06-7.84 ms; 192 rows: 12.3-13.5
+    ms), not through the 68-step curve's 9.8-11.1 ms at 64 rows, which pay admission and capture."""
+    newest, earlier = (json.loads((ROOT / f).read_text()) for f in forecast.DEFAULT_FILES)
+    measured = forecast.throughput_from_gpu_check(newest, earlier=earlier)
     d = forecast.DEFAULT
     assert measured.parameters == d.parameters and measured.update_checkpointing == d.update_checkpointing
-    pairs = [(measured.loglik_rows, d.loglik_rows), (measured.save_s, d.save_s),
+    pairs = [(measured.loglik_rows, d.loglik_rows), (measured.save_s, d.save_s), (measured.update_fixed_s, d.update_fixed_s),
              (measured.resume_save_s, d.resume_save_s), *((measured.update[m], d.update[m]) for m in d.update)]
     for mode in d.decode:
         pairs += [(measured.decode[mode].fixed_s, d.decode[mode].fixed_s),
                   (measured.decode[mode].per_row_s, d.decode[mode].per_row_s)]
     for a, b in pairs:
         assert a == pytest.approx(b, rel=1e-3)
-    # the H100's 64-row training step and 192-row evaluation step, from the line
-    assert 1e3 * d.decode_s("hard", 64) == pytest.approx(9.67, abs=0.05)
-    assert 1e3 * d.decode_s("hard", 192) == pytest.approx(16.4, abs=0.1)
+    assert "hard training from gpu-check 2026-11-24" in measured.source and "0.294 s per micro-batch" in d.source
+    assert d.update_fixed_s == pytest.approx(((17.533 - 11.455 * 44992 / 45888) / 24
+                                              + (16.236 - 8.599 * 44992 / 45888) / 24) / 2, rel=1e-3)
+    for mode, full_64 in (("hard", (7.063, 7.365)), ("soft", (7.792, 7.842)), ("fuzzy", (7.721, 7.726))):
+        assert min(full_64) * 0.9 <= 1e3 * d.decode_s(mode, 64) <= max(full_64) * 1.1   # within 10 %
+        assert 12.3 <= 1e3 * d.decode_s(mode, 192) <= 13.6
+    # a job that runs 8 micro-batches pays 24 fewer micro-batches' fixed cost than the measured 32
+    tokens = 44992
+    assert d.update_s("soft", tokens, 1, True, 32) - d.update_s("soft", tokens, 1, True, 8) == pytest.approx(24 * 0.2939, rel=1e-3)
+    assert d.update_s("soft", tokens, 1, True, 32) == pytest.approx(17.533, rel=0.01)   # the measured update back
 
 
 def test_forecast_beside_actual_per_job_kind(tiny):

@@ -89,7 +89,7 @@ def test_chunked_update_pass_equals_one_chunk(monkeypatch, tiny_model, toy_token
     assert rollout.step_ids.shape[1] > 21
     results = {}
     for chunk in (7, 10_000):
-        monkeypatch.setattr(rloo, "LOGIT_CHUNK_STEPS", chunk)
+        monkeypatch.setattr(rloo, "logit_chunk_steps", lambda rows, chunk=chunk: chunk)
         tiny_model.zero_grad()
         out = rloo.rollout_log_probs(tiny_model, rollout, sigma, 1.0, len(toy_tokenizer))
         (out.cot.sum() + out.answer.sum()).backward()
@@ -128,7 +128,7 @@ def test_chunked_update_pass_in_bf16_compute(monkeypatch, toy_tokenizer, toy_row
         policy = shard_policy(make_tiny_model(toy_tokenizer, seed=6), dp.mesh, "bfloat16", "float32", False)
         results = {}
         for chunk in (7, 10_000):
-            monkeypatch.setattr(rloo, "LOGIT_CHUNK_STEPS", chunk)
+            monkeypatch.setattr(rloo, "logit_chunk_steps", lambda rows, chunk=chunk: chunk)
             policy.zero_grad()
             out = policy(rollout, 0.05, 1.0, len(toy_tokenizer), 1.0)
             assert out.cot.dtype == torch.float32

@@ -129,17 +129,15 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
     report.check(sec, f"{mode}: replay argmax flips at near ties (bf16 noise)", None,
                  f"{flips:.4f} of CoT steps, largest gap {gap:.3f} nats", "reported")
 
-    # memory: the last step (AdamW's state exists from the first update on) beside the plan
+    # memory: the last step beside the plan of that step (a one-step check measures the first step, before
+    # AdamW has state: train.plan's first_step; from the second step on, the steady state)
     job = TrainJob(processes=trainer.dp.world, rows=shape.rows, micro_batch=cfg.micro_batch_size,
                    prompt_tokens=prompt_len, cot_tokens=cfg.cot_max_tokens, answer_tokens=cfg.answer_max_tokens,
                    continuous=mode != "hard", param_dtype=cfg.param_dtype, compute_dtype=cfg.compute_dtype,
-                   checkpointing=cfg.activation_checkpointing)
-    plan = train_memory(arch, job)
-    planned_held = plan["master weights"] + plan["optimizer state"] + plan["rollout weights"]
-    planned = {"held": planned_held,
-               "rollout": planned_held + plan["kv cache"] + plan["decode transients"] + plan["soft inputs"],
-               "update": planned_held + plan["gradients"] + plan["soft inputs"] + plan["activations"] + plan["logits"]
-               + plan["gathered weights"]}
+                   checkpointing=cfg.activation_checkpointing, optimizer=trainer.optimizer_kind)
+    plan = train_memory(arch, job, first_step=len(steps) == 1)
+    planned = {phase: plan[phase] for phase in ("held", "rollout", "update")}
+    result["optimizer"] = trainer.optimizer_kind
     measured = {"held": held, "rollout": phases.get("rollout"), "update": phases.get("update")} \
         if dev.type == "cuda" else {}
     result["memory"] = {"planned_GB": {k: gb(v) for k, v in planned.items()},
@@ -151,14 +149,29 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
         memory_check(report, sec, f"{mode}: {phase} memory per GPU", measured.get(phase), planned[phase],
                       {k: gb(v) for k, v in plan.items()})
 
-    if master_check:
+    if master_check:   # the first mode: one more update, profiled (gpucheck.update_profile)
+        from softtokens.gpucheck.update_profile import profile_update
+
+        prof = result["update_profile"] = profile_update(trainer, len(steps), dev, arch.parameters,
+                                                          cfg.activation_checkpointing)
+        print(f"[gpu-check] training {mode} update profile: " + str({k: v for k, v in prof.items()
+                                                                      if k != "top_kernels"}), flush=True)
+        report.check(sec, f"{mode}: host reads in one update's loss pass (micro-batch {prof['micro_batch_size']}, "
+                          f"{prof['micro_batches']} micro-batches)", prof["host_reads"] <= 1, prof["host_reads"],
+                     "<= 1 (the sums, read once)")
+        report.check(sec, f"{mode}: update TFLOP/s, share of the card's bf16 GEMM", None,
+                     f"{prof['tflops']} TFLOP/s" + (f", {prof['share_of_card']:.0%} of {prof['card_bf16_tflops']}"
+                                                    if prof["share_of_card"] is not None else ""), "reported")
+        report.check(sec, f"{mode}: update time against the forecast of its shape", None,
+                     f"{prof['seconds']} s measured, {prof['forecast_seconds']} s forecast "
+                     f"({prof['measured_over_forecast']}x)", "reported")
         after = full_state_dict(trainer.policy)
         moved = {k: float((after[k] != before[k]).float().mean()) for k in after if after[k].is_floating_point()}
         total = sum(after[k].numel() for k in moved)
         share = sum(moved[k] * after[k].numel() for k in moved) / total
         worst = min(moved, key=moved.get)
         result["master_moved"] = {"share": share, "least_moved": worst, "least_share": moved[worst]}
-        report.check(sec, f"{mode}: float32 master entries moved by {len(steps)} AdamW steps", share >= MOVED_MIN,
+        report.check(sec, f"{mode}: float32 master entries moved by {len(steps) + 1} AdamW steps", share >= MOVED_MIN,
                      round(share, 5), f">= {MOVED_MIN} (least: {worst} {moved[worst]:.4f})")
         del before
 

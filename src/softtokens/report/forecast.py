@@ -36,14 +36,14 @@ import pandas as pd
 from softtokens.data.sources import test_size
 from softtokens.report import ledger
 from softtokens.report.paper import CELL_KEYS
-from softtokens.report.throughput import DEFAULT, Throughput, throughput_from_gpu_check
+from softtokens.report.throughput import DEFAULT, DEFAULT_FILES, Throughput, throughput_from_gpu_check
 from softtokens.run import paths
 from softtokens.run.config import cell_rl
 from softtokens.run.jobs import GPU_KINDS, GridJobs, train_processes
 from softtokens.run.names import is_sampled, setting_mode
 from softtokens.train.plan import PREFILL_TOKENS, grid_architecture, resolve_memory
 
-__all__ = ["DEFAULT", "Throughput", "throughput_from_gpu_check", "load_throughput", "forecast_jobs", "by_kind",
+__all__ = ["DEFAULT", "DEFAULT_FILES", "Throughput", "throughput_from_gpu_check", "load_throughput", "forecast_jobs", "by_kind",
            "wall_clock_hours", "eval_cells", "table_forecast", "vs_actual", "forecast_text", "PAPER_COST"]
 
 # what the paper states its runs took (Computation Details, soft-tokens-hard-truths.tex line 1282): "Every RLOO
@@ -130,7 +130,8 @@ def train_seconds(jobs: GridJobs, config: dict, grid_name: str, run, rates: Thro
     S = rl["cot_max_tokens"] + PREFILL_TOKENS + rl["answer_max_tokens"]
     prompt, _ = prompt_tokens(jobs, run.model, run.dataset, "train")
     rollout = S * rates.decode_s(run.mode, math.ceil(n / P))
-    update = rates.update_s(run.mode, n * (prompt + S), P, bool(rl["activation_checkpointing"]))
+    micro_batches = math.ceil(math.ceil(n / P) / rl["micro_batch_size"])
+    update = rates.update_s(run.mode, n * (prompt + S), P, bool(rl["activation_checkpointing"]), micro_batches)
     validations = 1 + math.ceil(rl["steps"] / rl["val_every"])
     val_rows = min(rl["val_size"], grid["datasets"][run.dataset].get("validation_size", rl["val_size"]))
     validation = validations * S * rates.decode_s(run.mode, math.ceil(val_rows / P))

@@ -10,7 +10,10 @@ checkpointing), which do divide over GPUs. So:
 - decode: per CoT mode, seconds per step = fixed + per_row x rows (a line through gpu-check's
   steps at the row counts the grids use; the fixed part is reading the weights);
 - update: per mode, parameter-tokens per second per GPU (tokens replayed x parameters / seconds),
-  with whether the measurement recomputed activations;
+  with whether the measurement recomputed activations, and a fixed cost per micro-batch (kernel
+  launches, casts, the head's chunks; 0.25-0.32 s on an H100 at 10c3a31) fitted where one GPU
+  measured a mode at two micro-batch sizes, so that a rate measured at 2-row micro-batches is not
+  applied as it is to a job that runs 8;
 - the log-likelihood pass: rows scored per second; saving a checkpoint and the resume state.
 
 Decode and saves scale with the parameter count (bytes read and written), the update rate does not
@@ -53,6 +56,8 @@ def fit_curve(points: list[tuple[float, float]]) -> DecodeCurve:
     slope = sum((r - mx) * (s - my) for r, s in points) / sum((r - mx) ** 2 for r, _ in points)
     if slope <= 0:
         return DecodeCurve(my, 0.0)
+    if my - slope * mx < 0:   # no step takes negative time: the line through the origin instead
+        return DecodeCurve(0.0, sum(r * s for r, s in points) / sum(r * r for r, _ in points))
     return DecodeCurve(my - slope * mx, slope)
 
 
@@ -68,6 +73,7 @@ class Throughput:
     resume_save_s: float            # the resume state: the model and its sharded optimizer state
     parameters: float
     source: str
+    update_fixed_s: float = 0.0     # seconds per micro-batch besides its FLOPs
 
     def scaled_to(self, parameters: float) -> "Throughput":
         f = parameters / self.parameters
@@ -78,47 +84,92 @@ class Throughput:
     def decode_s(self, mode: str, rows: float) -> float:
         return self.decode[mode].step_s(rows)
 
-    def update_s(self, mode: str, tokens: float, processes: int, checkpointing: bool) -> float:
-        """Seconds of an update replaying ``tokens`` over ``processes`` GPUs (data-parallel: FLOPs divide)."""
+    def update_s(self, mode: str, tokens: float, processes: int, checkpointing: bool, micro_batches: int = 0) -> float:
+        """Seconds of an update replaying ``tokens`` over ``processes`` GPUs (data-parallel: FLOPs divide),
+        each GPU running ``micro_batches`` micro-batches."""
         flops = FLOPS_PER_PARAM_TOKEN[checkpointing] / FLOPS_PER_PARAM_TOKEN[self.update_checkpointing]
-        return tokens * self.parameters * flops / (self.update[mode] * processes)
+        return tokens * self.parameters * flops / (self.update[mode] * processes) + micro_batches * self.update_fixed_s
 
 
 def _decode_points(report: dict) -> dict[str, list[tuple[float, float]]]:
-    """(rows, seconds per step) per CoT mode: gpu-check's decode curve when it has one, else the
-    engine section's steps (a training step's rows) and the evaluation section's (its batch)."""
+    """(rows, seconds per step) per CoT mode: the engine's and the evaluation's full-length runs (a
+    training step's rows and an evaluation batch, the CoT length the jobs decode), and gpu-check's
+    decode curve where it has one, each of its points less the admission and capture its short runs pay
+    (the curve's step at the engine's rows minus the full-length run's, per setting)."""
     sec = report["sections"]
     points: dict[str, list[tuple[float, float]]] = {}
-    curve = sec["engine"].get("decode_curve")
-    if curve:
-        for row in curve:
-            for name, ms in row["ms_per_step"].items():
-                points.setdefault(setting_mode(name), []).append((row["rows"], ms / 1e3))
-        return points
+    full = {name: s["ms_per_step"] / 1e3 for name, s in sec["engine"]["settings"].items()}
     rows = sec["engine"]["rows"]
-    for name, s in sec["engine"]["settings"].items():
-        points.setdefault(setting_mode(name), []).append((rows, s["ms_per_step"] / 1e3))
-    for name, s in sec["evaluation"]["settings"].items():
+    for name, seconds in full.items():
+        points.setdefault(setting_mode(name), []).append((rows, seconds))
+    for name, s in sec.get("evaluation", {}).get("settings", {}).items():
         points.setdefault(setting_mode(name), []).append((s["rows"], s["ms_per_step"] / 1e3))
+    curve = sec["engine"].get("decode_curve") or []
+    at_rows = next((c["ms_per_step"] for c in curve if c["rows"] == rows), {})
+    for row in curve:
+        for name, ms in row["ms_per_step"].items():
+            if row["rows"] == rows or name not in at_rows or name not in full:
+                continue
+            points.setdefault(setting_mode(name), []).append((row["rows"], ms / 1e3 - (at_rows[name] / 1e3 - full[name])))
     return points
 
 
-def throughput_from_gpu_check(report: dict, source: str = "") -> Throughput:
-    """The rates a gpu-check report measured (engine, evaluation and training sections)."""
+def update_measurements(report: dict) -> dict[str, tuple[float, float, int]]:
+    """Per mode: (seconds of its last update, tokens it replayed, micro-batches per GPU) of a gpu-check report."""
     from softtokens.train.plan import PREFILL_TOKENS
 
     shape, sec = report["shape"], report["sections"]
-    params = float(report["parameters"])
     steps = shape["cot_max_tokens"] + PREFILL_TOKENS + shape["answer_max_tokens"]
     rows = shape["prompts_per_step"] * shape["samples_per_prompt"]
-    prompt = sec["engine"]["prompt_tokens"]
-    update, saves = {}, []
+    out = {}
     for mode, m in sec["training"]["modes"].items():
+        if not m.get("steps"):
+            continue
         last = m["steps"][-1]
-        tokens = last.get("update_tokens", rows * (prompt + steps))
-        update[mode] = tokens * params / last["seconds_update"]
-        if "seconds_save" in m:
-            saves.append((m["seconds_save"], m.get("seconds_optimizer_round_trip", 0.0)))
+        tokens = last.get("update_tokens") or rows * (sec["engine"]["prompt_tokens"] + steps)
+        micro = last.get("micro_batches") or -(-rows // (m.get("processes", 1) * shape["micro_batch_size"]))
+        out[mode] = (last["seconds_update"], tokens, micro)
+    return out
+
+
+def micro_batch_cost(*reports: dict) -> float | None:
+    """Seconds per micro-batch besides FLOPs: per mode measured at two micro-batch counts on one kind of
+    GPU, (t_a - t_b) / (micro-batches_a - micro-batches_b) per token replayed alike, pooled; None where no
+    mode was measured twice."""
+    by_device: dict[str, list[dict]] = {}
+    for r in reports:
+        by_device.setdefault(r["device"]["name"], []).append(update_measurements(r))
+    fits = []
+    for measured in by_device.values():
+        for mode in set().union(*measured):
+            seen = [m[mode] for m in measured if mode in m]
+            seen = {micro: seconds * seen[0][1] / tokens for seconds, tokens, micro in seen}
+            if len(seen) >= 2:
+                (ma, ta), (mb, tb) = sorted(seen.items())[:2]
+                fits.append((tb - ta) / (mb - ma) if mb != ma else 0.0)
+    return sum(fits) / len(fits) if fits else None
+
+
+def throughput_from_gpu_check(report: dict, source: str = "", earlier: dict | None = None) -> Throughput:
+    """The rates a gpu-check report measured (engine, evaluation and training sections). A training mode
+    it lacks (a check stopped by its time limit) takes ``earlier``'s rate (a report of the same model),
+    and the source line says so; the two together fit the update's cost per micro-batch where one kind of
+    GPU measured a mode at two micro-batch counts."""
+    shape, sec = report["shape"], report["sections"]
+    params = float(report["parameters"])
+    reports = [report] + ([earlier] if earlier else [])
+    fixed = micro_batch_cost(*reports) or 0.0
+    update, borrowed, saves = {}, [], []
+    for r in reports:
+        for mode, (seconds, tokens, micro) in update_measurements(r).items():
+            if mode in update:
+                continue
+            update[mode] = tokens * params / max(seconds - micro * fixed, 1e-9)
+            if r is not report:
+                borrowed.append(mode)
+        for m in r["sections"]["training"]["modes"].values():
+            if "seconds_save" in m:
+                saves.append((m["seconds_save"], m.get("seconds_optimizer_round_trip", 0.0)))
     save_s, round_trip = saves[0] if saves else (0.0, 0.0)
     ev = sec["evaluation"]
     decode = {mode: fit_curve(p) for mode, p in _decode_points(report).items()}
@@ -126,20 +177,28 @@ def throughput_from_gpu_check(report: dict, source: str = "") -> Throughput:
         twin = next((m for m in CONTINUOUS_MODES if m in decode), None) if mode in CONTINUOUS_MODES else None
         if mode not in decode and twin is not None:
             decode[mode] = decode[twin]
+    name = source or f"gpu-check {report['date'][:10]} on {report['device']['name']} ({report['model']}, " \
+                     f"{report['compute_dtype']})"
+    if borrowed:
+        name += f"; {', '.join(sorted(borrowed))} training from gpu-check {earlier['date'][:10]}"
+    if fixed:
+        name += f"; {fixed:.3f} s per micro-batch"
     return Throughput(decode=decode, update=update,
                       update_checkpointing=bool(shape.get("activation_checkpointing", False)),
                       loglik_rows=ev["loglik"]["rows"] / ev["loglik"]["seconds"], save_s=save_s,
-                      resume_save_s=save_s + round_trip / 2, parameters=params,
-                      source=source or f"gpu-check {report['date'][:10]} on {report['device']['name']} "
-                                       f"({report['model']}, {report['compute_dtype']})")
+                      resume_save_s=save_s + round_trip / 2, parameters=params, source=name, update_fixed_s=fixed)
 
 
-# benchmarks/results/gpu_check_h100.json (tests/test_forecast.py derives these from the file): decode
-# lines through its 64-row (a training step) and 192-row (an evaluation batch) steps, per CoT mode
+# the newest H100 gpu-check, benchmarks/results/gpu_check_h100_2026-11-26.json (10c3a31), with the earlier one
+# (gpu_check_h100.json, 2026-11-24) for hard training, which the newer did not finish, and for the cost of a
+# micro-batch (both measured soft and fuzzy, at 8 and at 32 micro-batches a step): tests/test_forecast.py
+# derives these numbers from the two files
+DEFAULT_FILES = ("benchmarks/results/gpu_check_h100_2026-11-26.json", "benchmarks/results/gpu_check_h100.json")
 DEFAULT = Throughput(
-    decode={"hard": DecodeCurve(0.0063005, 5.2586e-05), "soft": DecodeCurve(0.0062247, 5.741e-05),
-            "fuzzy": DecodeCurve(0.006322, 5.5594e-05)},
-    update={"soft": 1.287e13, "fuzzy": 1.7145e13, "hard": 2.5073e13}, update_checkpointing=True,
-    loglik_rows=10.92, save_s=21.7, resume_save_s=51.65, parameters=3212749824.0,
-    source="gpu-check 2026-11-24 on NVIDIA H100 80GB HBM3 (meta-llama/Llama-3.2-3B-Instruct, bfloat16): "
-           "benchmarks/results/gpu_check_h100.json")
+    decode={"hard": DecodeCurve(0.0046532, 4.2606e-05), "soft": DecodeCurve(0.004474, 4.4751e-05),
+            "fuzzy": DecodeCurve(0.0049292, 4.366e-05)},
+    update={"soft": 1.7783e13, "fuzzy": 2.1159e13, "hard": 4.1777e13}, update_checkpointing=True,
+    loglik_rows=50.794, save_s=20.6, resume_save_s=54.95, parameters=3212749824.0, update_fixed_s=0.2939,
+    source="gpu-check 2026-11-26 on NVIDIA H100 80GB HBM3 (meta-llama/Llama-3.2-3B-Instruct, bfloat16): "
+           "benchmarks/results/gpu_check_h100_2026-11-26.json; hard training from gpu-check 2026-11-24 "
+           "(gpu_check_h100.json); 0.294 s per micro-batch")

@@ -16,8 +16,16 @@ from softtokens.run.config import PAPER_RL
 from softtokens.run.names import COT_KEYS, setting_name
 
 # steps whose float32 logits the update pass holds at once (train.rloo.rollout_log_probs; the memory
-# plan counts them, without importing torch)
+# plan counts them, without importing torch): at least LOGIT_CHUNK_STEPS, and at least LOGIT_CHUNK_TOKENS
+# tokens of a micro-batch, so that a small micro-batch does not pay a chunk's fixed costs (the head's
+# full-size weight gradient, one checkpointed call) every 64 steps of 2 rows
 LOGIT_CHUNK_STEPS = 64
+LOGIT_CHUNK_TOKENS = 1024
+
+
+def logit_chunk_steps(rows: int) -> int:
+    """Steps per logit chunk of a micro-batch of ``rows`` rows."""
+    return max(LOGIT_CHUNK_STEPS, LOGIT_CHUNK_TOKENS // max(1, rows))
 
 
 @dataclass(frozen=True)

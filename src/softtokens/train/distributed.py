@@ -87,6 +87,24 @@ class DataParallel:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return t.tolist()
 
+    def sum_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        """A tensor summed over processes, on the device (no host read)."""
+        if self.world > 1:
+            import torch.distributed as dist
+
+            t = t.clone()
+            dist.all_reduce(t)
+        return t
+
+    def max_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        """A tensor's element-wise maximum over processes, on the device (no host read)."""
+        if self.world > 1:
+            import torch.distributed as dist
+
+            t = t.clone()
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t
+
     def barrier(self) -> None:
         if self.world > 1:
             import torch.distributed as dist

@@ -29,6 +29,7 @@ from softtokens.reward.pool import GradingPool
 from softtokens.train.clipping import clip_gradients
 from softtokens.train.config import TrainConfig, lr_lambda, noise_record
 from softtokens.train.distributed import DataParallel
+from softtokens.train.optimizer import adamw
 from softtokens.train.resume import ResumeStore, StopSignals
 from softtokens.train.rloo import rloo_advantages
 from softtokens.train.sharding import (
@@ -84,8 +85,8 @@ class Trainer:
         self.engine = CotEngine(self.rollout_model, self.tokenizer)
         self.policy = shard_policy(master, self.dp.mesh, cfg.compute_dtype, cfg.param_dtype,
                                    cfg.activation_checkpointing)
-        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                                     eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+        self.opt, self.optimizer_kind = adamw(self.policy.parameters(), cfg.lr, (cfg.adam_beta1, cfg.adam_beta2),
+                                              cfg.adam_eps, cfg.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
         self.start_step = saved.step if saved else 0
         self.metrics: list[dict] = self.store.metrics(self.start_step) if saved else []

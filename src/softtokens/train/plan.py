@@ -6,14 +6,20 @@ What a training job holds on each of its P processes (softtokens.sharding):
 - master weights, their gradients and AdamW's two moments in ``param_dtype``, sharded over P
   (FSDP2 splits each tensor along dim 0 into P chunks; rank 0 holds the largest);
 - the rollout copy of the whole model in ``compute_dtype``;
-- while decoding its B*G/P rows: the KV cache, float32 copies of the output projection (and of E
-  when untied, for the soft mixture), per-step logits and the recorded float32 soft inputs (the
-  Gaussian noise is counter noise, drawn per step and again in the update: never held);
-- while updating one micro-batch: the gathered compute-dtype weights and gradients of the root
-  (E, head, final norm) and of two decoder layers (FSDP prefetches one), float32 copies of the
-  projection (and their gradients), the activations a layer saves for its backward (all layers,
-  or with activation checkpointing only each layer's input plus one layer recomputed), and the
-  float32 logits of one chunk of LOGIT_CHUNK_STEPS steps (rloo.rollout_log_probs).
+- while decoding its B*G/P rows: the KV cache, per-step logits and the recorded float32 soft inputs
+  (the Gaussian noise is counter noise, drawn per step and again in the update: never held); no
+  float32 copy of the output projection where bf16 GEMMs write float32 results (FUSED_WIDE_GEMM);
+- while updating one micro-batch (the backward phase): the gradients, the gathered compute-dtype
+  weights and gradients of the root (E, head, final norm) and of two decoder layers (FSDP prefetches
+  one), the activations a layer saves for its backward (all layers, or with activation checkpointing
+  only each layer's input plus one layer recomputed), and the float32 logits of one chunk of
+  rloo.logit_chunk_steps steps;
+- at the optimizer step: the gradients and what the AdamW implementation allocates besides its
+  state: the default multi-tensor (foreach) kernels a full-size float32 temporary of the sharded
+  parameters (12.85 GB for a 3.2B model, measured on an H100), the fused kernels nothing of that size
+  (measured on an H200: 58.0-58.6 GB at the first step, micro-batch 16). The update peak is the
+  larger of the two phases. At a run's first step AdamW has no state until its step allocates it
+  (``first_step``: what a one-step gpu-check measures).
 The saved-activation count per token and layer is that of a Llama/Qwen2 block under SDPA with a
 padding mask (K and V repeated to all heads): 4d + 4 h hd + 4 kv hd + 4 I values.
 Parameters, gradients and optimizer state are exact (tests compare them with what FSDP
@@ -22,133 +28,33 @@ allocates on CPU); activations and transients are estimates, checked on a GPU wh
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 
 from softtokens.run.config import EVAL_DEFAULTS, cell_rl, resolved_rl
 from softtokens.run.jobs import train_processes
-from softtokens.train.config import LOGIT_CHUNK_STEPS
+from softtokens.train.architecture import (  # noqa: F401  (the plan's public names: tests and gpu-check read them here)
+    ARCHITECTURES,
+    DECODER_DEFAULTS,
+    Architecture,
+    _from_config_json,
+    _meta_architecture,
+    architecture_file,
+    load_architecture,
+    toy_architecture,
+)
+from softtokens.train.config import logit_chunk_steps
 
 GB = 1e9
-ARCHITECTURES = Path(__file__).resolve().parents[1] / "architectures"
 BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}
 PREFILL_TOKENS = 16        # "The final answer is: \boxed{" and the short one after the stop text
 USABLE_SHARE = 0.9         # of a GPU's memory: CUDA context, NCCL buffers, allocator fragmentation
-
-
-@dataclass(frozen=True)
-class Architecture:
-    name: str
-    vocab: int
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    tied: bool
-    shapes: tuple[tuple[int, ...], ...]      # every parameter tensor (tied ones once)
-    layer_params: int                        # parameters of one decoder layer
-    root_params: int                         # embeddings, final norm, output head
-
-    @property
-    def parameters(self) -> int:
-        return sum(math.prod(s) for s in self.shapes)
-
-
-def architecture_file(source: str) -> Path:
-    return ARCHITECTURES / f"{source.replace('/', '__')}.json"
-
-
-def load_architecture(source: str) -> Architecture:
-    """A shipped hub model's numbers, or the config.json of a local model directory."""
-    shipped = architecture_file(source)
-    path = shipped if shipped.is_file() else Path(source) / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no architecture numbers for {source!r}: ship {shipped.name} under "
-                                f"src/softtokens/architectures/ (its hub config.json) or point to a local model")
-    return _from_config_json(path.read_text(), source)
-
-
-def toy_architecture(toy_base: dict) -> Architecture:
-    """The toy base the workflow builds (model.toy.build_toy_model) from its grid settings."""
-    d = toy_base
-    cfg = {"model_type": "llama", "vocab_size": d["vocab_size"], "hidden_size": d["hidden_size"],
-           "num_hidden_layers": d["num_layers"], "num_attention_heads": d["num_heads"],
-           "num_key_value_heads": d["num_heads"], "intermediate_size": d["intermediate_size"],
-           "tie_word_embeddings": True}
-    return _from_config_json(json.dumps(cfg), "toy")
-
-
-# The decoder families the grids use, their parameter lists written out in the model classes' own
-# order (tests/test_plan.py holds them equal to transformers' classes built on the meta device).
-# Planning a grid then needs neither torch nor transformers: every `snakemake` start parses the
-# workflow, which checks the plan, and so does every job a cluster executor starts.
-# Fields a config.json may leave out take their config class's defaults:
-DECODER_DEFAULTS = {"llama": {"attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False},
-                    "qwen2": {"tie_word_embeddings": False}}
-
-
-def _decoder_shapes(cfg: dict, heads: int, kv: int, hd: int) -> tuple[list, list, list]:
-    """(root before the layers, one layer, root after them) parameter shapes of a llama / qwen2
-    decoder from its config fields (``heads``, ``kv`` heads and head dim ``hd`` resolved)."""
-    d, v, inter = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
-    if cfg["model_type"] == "llama":   # q, k, v, o and the MLP's three projections: config flags
-        qkv_bias = o_bias = bool(cfg["attention_bias"])
-        mlp_bias = bool(cfg["mlp_bias"])
-    else:                              # qwen2: q, k, v with biases, o and the MLP without
-        qkv_bias, o_bias, mlp_bias = True, False, False
-
-    def linear(out: int, into: int, bias: bool) -> list:
-        return [(out, into), (out,)] if bias else [(out, into)]
-
-    layer = (linear(heads * hd, d, qkv_bias) + linear(kv * hd, d, qkv_bias) + linear(kv * hd, d, qkv_bias)
-             + linear(d, heads * hd, o_bias)
-             + linear(inter, d, mlp_bias) + linear(inter, d, mlp_bias) + linear(d, inter, mlp_bias)
-             + [(d,), (d,)])                                                   # the two RMSNorms
-    tail = [(d,)] + ([] if cfg["tie_word_embeddings"] else [(v, d)])          # final norm, untied head
-    return [(v, d)], layer, tail
-
-
-@lru_cache(maxsize=None)
-def _from_config_json(text: str, name: str) -> Architecture:
-    """A model's numbers from its config.json: written out for the decoder families of
-    DECODER_DEFAULTS, otherwise read off the model class built on the meta device (no memory)."""
-    fields = {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
-    kind = fields.get("model_type")
-    if kind not in DECODER_DEFAULTS:
-        return _meta_architecture(fields, name)
-    cfg = {**DECODER_DEFAULTS[kind], **fields}
-    heads = cfg["num_attention_heads"]
-    kv, hd = cfg.get("num_key_value_heads") or heads, cfg.get("head_dim") or cfg["hidden_size"] // heads
-    head, layer, tail = _decoder_shapes(cfg, heads, kv, hd)
-    return Architecture(name=name, vocab=cfg["vocab_size"], hidden=cfg["hidden_size"], layers=cfg["num_hidden_layers"],
-                        heads=heads, kv_heads=kv, head_dim=hd,
-                        intermediate=cfg["intermediate_size"], tied=bool(cfg["tie_word_embeddings"]),
-                        shapes=tuple(head + layer * cfg["num_hidden_layers"] + tail),
-                        layer_params=sum(math.prod(s) for s in layer),
-                        root_params=sum(math.prod(s) for s in head + tail))
-
-
-def _meta_architecture(fields: dict, name: str) -> Architecture:
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    fields = dict(fields)
-    cfg = AutoConfig.for_model(fields.pop("model_type"), **fields)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
-    named = list(model.named_parameters())  # tied weights once
-    layer = sum(p.numel() for n, p in named if ".layers.0." in n)
-    root = sum(p.numel() for n, p in named if ".layers." not in n)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return Architecture(name=name, vocab=cfg.vocab_size, hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
-                        heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, head_dim=head_dim,
-                        intermediate=cfg.intermediate_size, tied=bool(cfg.tie_word_embeddings),
-                        shapes=tuple(tuple(p.shape) for _, p in named), layer_params=layer, root_params=root)
+# the GPU jobs' torch multiplies bf16 matrices into float32 results in one GEMM (model.head.fused_wide_matmul:
+# CUDA's torch.mm(..., out_dtype)), so no float32 copy of the vocabulary projection exists on a GPU
+FUSED_WIDE_GEMM = True
+# AdamW's implementations and the float32 temporaries of the sharded parameters' size each allocates in step()
+# (train.optimizer chooses "fused" where the device has the kernels)
+OPTIMIZER_TEMPORARIES = {"fused": 0, "foreach": 1}
 
 
 def sharded_bytes(arch: Architecture, processes: int, itemsize: int) -> int:
@@ -168,6 +74,7 @@ class TrainJob:
     param_dtype: str = "float32"
     compute_dtype: str = "bfloat16"
     checkpointing: bool = False
+    optimizer: str = "fused"    # train.optimizer's AdamW implementation (OPTIMIZER_TEMPORARIES)
 
 
 def saved_per_token_layer(arch: Architecture) -> int:
@@ -176,21 +83,31 @@ def saved_per_token_layer(arch: Architecture) -> int:
     return 4 * a.hidden + 4 * a.heads * a.head_dim + 4 * a.kv_heads * a.head_dim + 4 * a.intermediate
 
 
-def train_memory(arch: Architecture, job: TrainJob) -> dict[str, float]:
-    """Bytes per GPU of one training process, by component, and the peak."""
+def wide_copies(arch: Architecture, compute_dtype: str, continuous: bool) -> int:
+    """float32 copies of the vocabulary projection (and of an untied E for the mixture) a head makes:
+    none where the compute dtype is float32 already or bf16 GEMMs write float32 (FUSED_WIDE_GEMM)."""
+    if BYTES[compute_dtype] >= 4 or FUSED_WIDE_GEMM:
+        return 0
+    return 1 + (continuous and not arch.tied)
+
+
+def train_memory(arch: Architecture, job: TrainJob, first_step: bool = False) -> dict[str, float]:
+    """Bytes per GPU of one training process, by component, by phase (held, rollout, backward,
+    optimizer step, update) and the peak; ``first_step``: before AdamW has state (module docstring)."""
     a, P = arch, job.processes
     p, c = BYTES[job.param_dtype], BYTES[job.compute_dtype]
     steps = job.cot_tokens + PREFILL_TOKENS + job.answer_tokens
     rows = -(-job.rows // P)
     vd = a.vocab * a.hidden
-    wide_copies = 0 if c >= 4 else (1 + (job.continuous and not a.tied))  # float32 W (and E) while decoding
+    copies = wide_copies(a, job.compute_dtype, job.continuous)
+    shard = sharded_bytes(a, P, p)
     m = {
-        "master weights": sharded_bytes(a, P, p),
-        "gradients": sharded_bytes(a, P, p),
-        "optimizer state": 2 * sharded_bytes(a, P, p),
+        "master weights": shard,
+        "gradients": shard,
+        "optimizer state": 2 * shard,
         "rollout weights": a.parameters * c,
         "kv cache": rows * (job.prompt_tokens + steps) * a.layers * 2 * a.kv_heads * a.head_dim * c,
-        "decode transients": wide_copies * 4 * vd + rows * a.vocab * 4 * 4
+        "decode transients": copies * 4 * vd + rows * a.vocab * 4 * 4
                              + rows * job.prompt_tokens * (3 * a.hidden + 2 * a.intermediate) * c,
         "soft inputs": rows * steps * a.hidden * 4 if job.continuous else 0,
     }
@@ -201,18 +118,28 @@ def train_memory(arch: Architecture, job: TrainJob) -> dict[str, float]:
     else:
         acts = mb * T * a.layers * per_layer
     m["activations"] = acts + mb * T * a.hidden * c * 4
-    # float32 logits of LOGIT_CHUNK_STEPS steps at a time (rloo.rollout_log_probs), recomputed in the backward,
-    # and for soft / fuzzy the chunk's counter noise drawn again (d floats a step)
-    chunk = mb * min(steps, LOGIT_CHUNK_STEPS)
+    # float32 logits of one chunk of steps (rloo.rollout_log_probs), recomputed in the backward, and for
+    # soft / fuzzy the chunk's counter noise drawn again (d floats a step)
+    chunk = mb * min(steps, logit_chunk_steps(mb))
     m["logits"] = chunk * a.vocab * 4 * (6 if job.continuous else 4) + (chunk * a.hidden * 4 if job.continuous else 0)
-    # float32 copies of W (and of E for the mixture, when untied) and their gradients
-    fp32_proj = 0 if c >= 4 else 2 * 4 * vd * (2 if job.continuous and not a.tied else 1)
-    m["gathered weights"] = 2 * (a.root_params + 2 * a.layer_params) * c + fp32_proj
-    held = m["master weights"] + m["optimizer state"] + m["rollout weights"]
-    rollout_phase = m["kv cache"] + m["decode transients"] + m["soft inputs"]
-    update_phase = m["gradients"] + m["soft inputs"] + m["activations"] + m["logits"] + m["gathered weights"]
-    m["peak"] = held + max(rollout_phase, update_phase)
+    # the gathered root and two layers in the compute dtype (and their gradients), float32 copies of W (and of
+    # an untied E for the mixture) with their gradients where the head makes them
+    m["gathered weights"] = 2 * (a.root_params + 2 * a.layer_params) * c + 2 * 4 * vd * copies
+    m["optimizer temporaries"] = OPTIMIZER_TEMPORARIES[job.optimizer] * shard
+    state = 0 if first_step else m["optimizer state"]
+    m["held"] = m["master weights"] + state + m["rollout weights"]
+    m["rollout"] = m["held"] + m["kv cache"] + m["decode transients"] + m["soft inputs"]
+    m["backward"] = (m["held"] + m["gradients"] + m["soft inputs"] + m["activations"] + m["logits"]
+                     + m["gathered weights"])
+    # the step: AdamW's state (allocated by it at the first step) and its temporaries beside the gradients
+    m["optimizer step"] = m["held"] + m["gradients"] + m["soft inputs"] + m["optimizer temporaries"] \
+        + (m["optimizer state"] if first_step else 0)
+    m["update"] = max(m["backward"], m["optimizer step"])
+    m["peak"] = max(m["rollout"], m["update"])
     return m
+
+
+PHASES = ("held", "rollout", "backward", "optimizer step", "update", "peak")
 
 
 def eval_memory(arch: Architecture, batch: int, prompt_tokens: int, cot_tokens: int, answer_tokens: int,
@@ -222,7 +149,7 @@ def eval_memory(arch: Architecture, batch: int, prompt_tokens: int, cot_tokens: 
     vd = a.vocab * a.hidden
     m = {"weights": a.parameters * c,
          "kv cache": batch * (prompt_tokens + steps) * a.layers * 2 * a.kv_heads * a.head_dim * c,
-         "decode transients": (0 if c >= 4 else (1 + (continuous and not a.tied)) * 4 * vd)
+         "decode transients": wide_copies(a, compute_dtype, continuous) * 4 * vd
                               + batch * a.vocab * 4 * 4
                               + batch * prompt_tokens * (3 * a.hidden + 2 * a.intermediate) * c}
     # evaluation keeps no fed inputs, and the noise is counter noise drawn per step: nothing per row
@@ -236,7 +163,7 @@ def loglik_memory(arch: Architecture, batch: int, context_tokens: int, choice_to
     T = context_tokens + choice_tokens
     m = {"weights": a.parameters * c,
          "activations": batch * T * (4 * a.hidden + 2 * a.intermediate) * c + batch * T * a.layers * 2 * a.kv_heads * a.head_dim * c,
-         "logits": batch * choice_tokens * a.vocab * 4 * 2 + (0 if c >= 4 else 4 * a.vocab * a.hidden)}
+         "logits": batch * choice_tokens * a.vocab * 4 * 2 + wide_copies(a, compute_dtype, False) * 4 * a.vocab * a.hidden}
     m["peak"] = sum(m.values())
     return m
 
@@ -253,10 +180,12 @@ AUTO = "auto"
 # (FSDP gathers every layer's weights for each forward and backward) outweigh recomputing activations
 MICRO_BATCHES = (64, 32, 16, 8, 4, 2, 1)
 MIN_FAST_MICRO_BATCH = 4
-# what `auto` leaves between its choice's planned peak and the usable memory: the plan was 7 % under the
-# peak an H100 measured for llama-3b on one GPU (benchmarks/results/gpu_check_h100.json); a choice is
-# made once and an out-of-memory at step 3,000 costs a day
-AUTO_HEADROOM = 1.10
+# what `auto` leaves between its choice's planned peak and the usable memory. The plan is within 2 % of the
+# update peaks measured for llama-3b on one GPU (72.25 GB, foreach AdamW, micro-batch 2, H100; 58.0-58.6 GB,
+# fused AdamW, micro-batch 16, first step, H200: tests/test_plan.py); a choice is made once and an
+# out-of-memory at step 3,000 costs a day, so twice that error is kept free. (It was 10 % while the plan
+# missed the foreach temporary, which made `auto` pick 2-row micro-batches.)
+AUTO_HEADROOM = 1.05
 
 
 def _train_job(grid: dict, model: str, rl: dict, prompt: int, continuous: bool, micro_batch: int,

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from softtokens.train.config import LOGIT_CHUNK_STEPS
+from softtokens.train.config import logit_chunk_steps
 
 # a CoT step is a near tie when its mixture's second weight is at least this share of its first:
 # top-two logits within tau ln(100) ~ 4.6 tau (docs/findings.md, "Why fuzzy training spikes")
@@ -72,21 +72,35 @@ def rloo_loss(seq_log_probs: torch.Tensor, advantages: torch.Tensor, total_rows:
     return -(advantages.detach() * seq_log_probs).sum() / total_rows
 
 
+# The update pass's diagnostics of a batch (docs/engine.md, "Replay consistency"): sums over its CoT steps, but
+# for the two maxima. They stay on the device as one vector, read once per update (train.update), never per
+# micro-batch or chunk: a read is a host sync, and 29 of them a micro-batch cost the H100 update its pace.
+REPLAY_STATS = ("h0_gap_sum",          # sum over h0_gap_steps of ||h0_rollout - h0_replay||^2 / (d sigma^2)
+                "argmax_mismatches",   # CoT steps whose rollout argmax token the replay puts > logit_tolerance below its top
+                "cot_steps",           # CoT steps in the batch
+                "near_ties",           # embedding-noise CoT steps whose mixture's 2nd weight is >= TIE_RATIO x its 1st
+                "argmax_flips",        # CoT steps whose replayed argmax differs from the rollout's at all (near ties too)
+                "h0_gap_steps",        # embedding-noise CoT steps whose replayed argmax is the rollout's
+                "h0_gap_flipped_sum",  # the same distance summed over the CoT steps whose argmax flipped
+                "jacobian_max",        # the largest p_(1) p_(2) / tau over near ties: the softmax Jacobian's top-two scale
+                "flip_gap_max")        # the largest (replay's top logit - its logit of the rollout's argmax) over flips
+REPLAY_MAXIMA = ("jacobian_max", "flip_gap_max")
+_COUNTS = ("argmax_mismatches", "cot_steps", "near_ties", "argmax_flips", "h0_gap_steps")
+
+
 class Replay(NamedTuple):
     """The update pass's log-probabilities of a rollout batch and how well the replay matched the
-    rollout (docs/engine.md, "Replay consistency"). The rest are sums over the batch's CoT steps."""
+    rollout: ``stats`` (REPLAY_STATS, float64, on the device), each readable by name (a read syncs)."""
 
     cot: torch.Tensor           # (N,) CoT log-prob, with gradients
     answer: torch.Tensor        # (N,) answer log-prob, with gradients
-    h0_gap_sum: float           # sum over h0_gap_steps of ||h0_rollout - h0_replay||^2 / (d sigma^2)
-    argmax_mismatches: int      # CoT steps whose rollout argmax token the replay puts > logit_tolerance below its top
-    cot_steps: int              # CoT steps in the batch
-    near_ties: int = 0          # embedding-noise CoT steps whose mixture's 2nd weight is >= TIE_RATIO x its 1st
-    jacobian_max: float = 0.0   # the largest p_(1) p_(2) / tau over them: the softmax Jacobian's top-two scale
-    argmax_flips: int = 0       # CoT steps whose replayed argmax differs from the rollout's at all (near ties too)
-    flip_gap_max: float = 0.0   # the largest (replay's top logit - its logit of the rollout's argmax) over flips
-    h0_gap_steps: int = 0       # embedding-noise CoT steps whose replayed argmax is the rollout's
-    h0_gap_flipped_sum: float = 0.0  # the same distance summed over the CoT steps whose argmax flipped
+    stats: torch.Tensor         # (len(REPLAY_STATS),) the diagnostics, without gradients
+
+    def __getattr__(self, name: str):
+        if name in REPLAY_STATS:
+            value = float(self.stats[REPLAY_STATS.index(name)])
+            return int(value) if name in _COUNTS else value
+        raise AttributeError(name)
 
 
 def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
@@ -127,10 +141,11 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     # The (N, S, V) float32 logits never exist at once: each chunk of steps computes its terms and,
     # under autograd, is recomputed in the backward pass (docs/engine.md, "Rollout engine"). A rollout that
     # fits one chunk keeps it for the backward instead: the same peak, no recomputation.
-    recompute = torch.is_grad_enabled() and steps > LOGIT_CHUNK_STEPS
+    chunk = logit_chunk_steps(n)
+    recompute = torch.is_grad_enabled() and steps > chunk
     parts = []
-    for lo in range(0, steps, LOGIT_CHUNK_STEPS):
-        hi = min(lo + LOGIT_CHUNK_STEPS, steps)
+    for lo in range(0, steps, chunk):
+        hi = min(lo + chunk, steps)
         args = (h[:, lo:hi], W32, E32, rollout.step_ids[:, lo:hi], is_cot[:, lo:hi], is_answer[:, lo:hi],
                 None if not continuous else rollout.noisy_inputs[:, lo:hi],
                 None if rollout.argmax_ids is None else rollout.argmax_ids[:, lo:hi],
@@ -147,17 +162,21 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     answer_lp = sum(p[1] for p in parts)
     embedding_noise = continuous and rollout.placement.where == "embedding"
     per_dim = 1.0 / (h.shape[-1] * sigma * sigma) if embedding_noise else 0.0  # ||.||^2 / (d sigma^2)
-    h0_gap_sum = float(sum(p[2] for p in parts)) * per_dim
     checked = rollout.argmax_ids is not None
-    mismatches = int(sum(p[3] for p in parts)) if checked else 0
-    ties = int(sum(p[4] for p in parts)) if embedding_noise else 0
-    jacobian_max = float(max(p[5] for p in parts)) if embedding_noise else 0.0
-    flips = int(sum(p[6] for p in parts)) if checked else 0
-    gap_max = float(max(p[7] for p in parts)) if checked else 0.0
-    h0_gap_steps = int(sum(p[8] for p in parts)) if embedding_noise else 0
-    h0_gap_flipped = float(sum(p[9] for p in parts)) * per_dim
-    return Replay(cot_lp, answer_lp, h0_gap_sum, mismatches, int(is_cot.sum().item()), ties, jacobian_max, flips,
-                  gap_max, h0_gap_steps, h0_gap_flipped)
+    zero = h.new_zeros((), dtype=torch.float64)
+
+    def total(i: int, keep: bool = True) -> torch.Tensor:
+        return torch.stack([p[i].detach().double() for p in parts]).sum() if keep else zero
+
+    def peak(i: int, keep: bool = True) -> torch.Tensor:
+        return torch.stack([p[i].detach().double() for p in parts]).max() if keep else zero
+
+    stats = {"h0_gap_sum": total(2) * per_dim, "argmax_mismatches": total(3, checked),
+             "cot_steps": is_cot.sum().double(), "near_ties": total(4, embedding_noise),
+             "argmax_flips": total(6, checked), "h0_gap_steps": total(8, embedding_noise),
+             "h0_gap_flipped_sum": total(9) * per_dim, "jacobian_max": peak(5, embedding_noise),
+             "flip_gap_max": peak(7, checked)}
+    return Replay(cot_lp, answer_lp, torch.stack([stats[k] for k in REPLAY_STATS]))
 
 
 def step_hidden(model, rollout) -> torch.Tensor:
@@ -165,6 +184,7 @@ def step_hidden(model, rollout) -> torch.Tensor:
     inputs]: entry s is the state whose logits chose step s. Hard, prefill and answer steps are
     re-embedded from their token ids (so E gets its usual gradient); continuous CoT steps feed the
     recorded noisy inputs h~ as constants, in the model's compute dtype, as the rollout fed them."""
+    from softtokens.engine.kvcache import prefill_mask
     from softtokens.engine.rollout import COT
     from softtokens.engine.settings import CONTINUOUS_MODES
     from softtokens.model.head import decoder_hidden
@@ -178,7 +198,9 @@ def step_hidden(model, rollout) -> torch.Tensor:
     x = torch.cat([emb(rollout.prompt_ids), x_steps], dim=1)
     mask = torch.cat([rollout.prompt_mask, torch.ones_like(rollout.step_ids)], dim=1)
     pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    hidden = decoder_hidden(model, inputs_embeds=x, attention_mask=mask, position_ids=pos)
+    # the causal mask with the prompts' padding, made here on the device: given a 2-D mask, transformers
+    # asks whether every entry is 1 (a host sync per micro-batch) before making the same one
+    hidden = decoder_hidden(model, inputs_embeds=x, attention_mask=prefill_mask(mask, x.dtype), position_ids=pos)
     return hidden[:, -(steps + 1):-1]
 
 
@@ -235,7 +257,7 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, to
     from softtokens.model.head import head_logits, head_mixture
 
     logits = head_logits(h, W32, fused)  # float32 (model.head.ReplayHead)
-    mismatches = flips = gap_max = 0
+    mismatches = flips = gap_max = logits.new_zeros(())
     flipped = torch.zeros_like(is_cot)
     if argmax_ids is not None:
         z = logits.detach()

@@ -5,11 +5,11 @@ policy gradient of those rollouts; docs/engine.md, "Replay consistency")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
-from softtokens.train.rloo import rloo_loss
+from softtokens.train.rloo import REPLAY_MAXIMA, REPLAY_STATS, rloo_loss
 
 
 class ReplayMismatch(RuntimeError):
@@ -20,13 +20,9 @@ class NonFiniteUpdate(RuntimeError):
     """A step's loss or gradient is NaN or infinite: the update is not applied."""
 
 
-# fields reduced by maximum over processes; every other is summed
-_MAX_FIELDS = ("jacobian_max", "flip_gap_max")
-
-
 @dataclass
 class UpdateSums:
-    """What the update pass measured, summed over micro-batches (and processes, after ``over``)."""
+    """What the update pass measured, summed over micro-batches (and processes): read once per update."""
 
     loss: float = 0.0
     cot_lp: float = 0.0
@@ -41,34 +37,48 @@ class UpdateSums:
     jacobian_max: float = 0.0
     flip_gap_max: float = 0.0
 
-    def add(self, loss: torch.Tensor, replay) -> None:
-        self.loss += loss.item()
-        self.cot_lp += replay.cot.detach().sum().item()
-        self.answer_lp += replay.answer.detach().sum().item()
-        self.h0_gap += replay.h0_gap_sum
-        self.h0_gap_steps += replay.h0_gap_steps
-        self.h0_gap_flipped += replay.h0_gap_flipped_sum
-        self.mismatches += replay.argmax_mismatches
-        self.cot_steps += replay.cot_steps
-        self.near_ties += replay.near_ties
-        self.flips += replay.argmax_flips
-        self.jacobian_max = max(self.jacobian_max, replay.jacobian_max)
-        self.flip_gap_max = max(self.flip_gap_max, replay.flip_gap_max)
 
-    def over(self, dp) -> "UpdateSums":
-        """Every process's sums together (``dp``: train.distributed.DataParallel)."""
-        summed = [f.name for f in fields(self) if f.name not in _MAX_FIELDS]
-        totals = dict(zip(summed, dp.sum([getattr(self, k) for k in summed])))
-        totals.update(zip(_MAX_FIELDS, dp.max([getattr(self, k) for k in _MAX_FIELDS])))
-        return UpdateSums(**totals)
+# UpdateSums' fields from the replay's (rloo.REPLAY_STATS), and the loss terms summed beside them
+_FROM_REPLAY = {"h0_gap_sum": "h0_gap", "argmax_mismatches": "mismatches", "cot_steps": "cot_steps",
+                "near_ties": "near_ties", "argmax_flips": "flips", "h0_gap_steps": "h0_gap_steps",
+                "h0_gap_flipped_sum": "h0_gap_flipped", "jacobian_max": "jacobian_max", "flip_gap_max": "flip_gap_max"}
+_LOSS_TERMS = ("loss", "cot_lp", "answer_lp")
+
+
+class DeviceSums:
+    """The sums while the update pass runs: one float64 vector on the device, added to per micro-batch
+    and read once (``over``), so the pass never waits on the host (docs/gpu.md, "Host syncs")."""
+
+    def __init__(self):
+        self.summed: torch.Tensor | None = None   # _LOSS_TERMS, then REPLAY_STATS but the maxima
+        self.maxima: torch.Tensor | None = None   # REPLAY_MAXIMA
+
+    def add(self, loss: torch.Tensor, replay) -> None:
+        summed_stats = [i for i, k in enumerate(REPLAY_STATS) if k not in REPLAY_MAXIMA]
+        maxima = [REPLAY_STATS.index(k) for k in REPLAY_MAXIMA]
+        terms = torch.stack([loss.detach(), replay.cot.detach().sum(), replay.answer.detach().sum()]).double()
+        summed = torch.cat([terms, replay.stats[summed_stats]])
+        peak = replay.stats[maxima]
+        self.summed = summed if self.summed is None else self.summed + summed
+        self.maxima = peak if self.maxima is None else torch.maximum(self.maxima, peak)
+
+    def over(self, dp) -> UpdateSums:
+        """Every process's sums together (``dp``: train.distributed.DataParallel), read to the host once."""
+        if self.summed is None:
+            return UpdateSums()
+        values = torch.cat([dp.sum_tensor(self.summed), dp.max_tensor(self.maxima)]).tolist()
+        names = [*_LOSS_TERMS, *(_FROM_REPLAY[k] for k in REPLAY_STATS if k not in REPLAY_MAXIMA),
+                 *(_FROM_REPLAY[k] for k in REPLAY_MAXIMA)]
+        return UpdateSums(**dict(zip(names, values)))
 
 
 def accumulate_gradients(policy, rollout, adv: torch.Tensor, rows: int, cfg, sigma: float, vocab_rows: int,
-                         gaussian_scale: float) -> UpdateSums:
+                         gaussian_scale: float) -> DeviceSums:
     """The RLOO loss of this process's rows into the gradients, divided by the global row count
-    ``rows``; FSDP reduce-scatters in float32 into the float32 gradient shards."""
+    ``rows``; FSDP reduce-scatters in float32 into the float32 gradient shards. The sums stay on the
+    device (``.over(dp)`` reads them once)."""
     policy.train()
-    sums = UpdateSums()
+    sums = DeviceSums()
     for start in range(0, len(adv), cfg.micro_batch_size):
         idx = slice(start, min(len(adv), start + cfg.micro_batch_size))
         replay = policy(rollout.rows(idx), sigma, cfg.answer_temperature, vocab_rows, gaussian_scale,

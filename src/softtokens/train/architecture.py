@@ -1,0 +1,130 @@
+"""A model's architecture numbers, from its hub config.json (shipped under ``architectures/``: no
+download) or a local model directory: what the memory plan and the forecast compute with.
+
+Why written out: the decoder families the grids use (Llama, Qwen2) have their parameter shapes
+written out from config.json, so that planning a grid (every `snakemake` start parses the workflow,
+which checks the plan) needs neither torch nor transformers; tests/test_plan.py holds them equal to
+transformers' classes built on the meta device, from which any other family's are read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+ARCHITECTURES = Path(__file__).resolve().parents[1] / "architectures"
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    tied: bool
+    shapes: tuple[tuple[int, ...], ...]      # every parameter tensor (tied ones once)
+    layer_params: int                        # parameters of one decoder layer
+    root_params: int                         # embeddings, final norm, output head
+
+    @property
+    def parameters(self) -> int:
+        return sum(math.prod(s) for s in self.shapes)
+
+
+def architecture_file(source: str) -> Path:
+    return ARCHITECTURES / f"{source.replace('/', '__')}.json"
+
+
+def load_architecture(source: str) -> Architecture:
+    """A shipped hub model's numbers, or the config.json of a local model directory."""
+    shipped = architecture_file(source)
+    path = shipped if shipped.is_file() else Path(source) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no architecture numbers for {source!r}: ship {shipped.name} under "
+                                f"src/softtokens/architectures/ (its hub config.json) or point to a local model")
+    return _from_config_json(path.read_text(), source)
+
+
+def toy_architecture(toy_base: dict) -> Architecture:
+    """The toy base the workflow builds (model.toy.build_toy_model) from its grid settings."""
+    d = toy_base
+    cfg = {"model_type": "llama", "vocab_size": d["vocab_size"], "hidden_size": d["hidden_size"],
+           "num_hidden_layers": d["num_layers"], "num_attention_heads": d["num_heads"],
+           "num_key_value_heads": d["num_heads"], "intermediate_size": d["intermediate_size"],
+           "tie_word_embeddings": True}
+    return _from_config_json(json.dumps(cfg), "toy")
+
+
+# The decoder families the grids use, their parameter lists written out in the model classes' own
+# order (tests/test_plan.py holds them equal to transformers' classes built on the meta device).
+# Planning a grid then needs neither torch nor transformers: every `snakemake` start parses the
+# workflow, which checks the plan, and so does every job a cluster executor starts.
+# Fields a config.json may leave out take their config class's defaults:
+DECODER_DEFAULTS = {"llama": {"attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False},
+                    "qwen2": {"tie_word_embeddings": False}}
+
+
+def _decoder_shapes(cfg: dict, heads: int, kv: int, hd: int) -> tuple[list, list, list]:
+    """(root before the layers, one layer, root after them) parameter shapes of a llama / qwen2
+    decoder from its config fields (``heads``, ``kv`` heads and head dim ``hd`` resolved)."""
+    d, v, inter = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    if cfg["model_type"] == "llama":   # q, k, v, o and the MLP's three projections: config flags
+        qkv_bias = o_bias = bool(cfg["attention_bias"])
+        mlp_bias = bool(cfg["mlp_bias"])
+    else:                              # qwen2: q, k, v with biases, o and the MLP without
+        qkv_bias, o_bias, mlp_bias = True, False, False
+
+    def linear(out: int, into: int, bias: bool) -> list:
+        return [(out, into), (out,)] if bias else [(out, into)]
+
+    layer = (linear(heads * hd, d, qkv_bias) + linear(kv * hd, d, qkv_bias) + linear(kv * hd, d, qkv_bias)
+             + linear(d, heads * hd, o_bias)
+             + linear(inter, d, mlp_bias) + linear(inter, d, mlp_bias) + linear(d, inter, mlp_bias)
+             + [(d,), (d,)])                                                   # the two RMSNorms
+    tail = [(d,)] + ([] if cfg["tie_word_embeddings"] else [(v, d)])          # final norm, untied head
+    return [(v, d)], layer, tail
+
+
+@lru_cache(maxsize=None)
+def _from_config_json(text: str, name: str) -> Architecture:
+    """A model's numbers from its config.json: written out for the decoder families of
+    DECODER_DEFAULTS, otherwise read off the model class built on the meta device (no memory)."""
+    fields = {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+    kind = fields.get("model_type")
+    if kind not in DECODER_DEFAULTS:
+        return _meta_architecture(fields, name)
+    cfg = {**DECODER_DEFAULTS[kind], **fields}
+    heads = cfg["num_attention_heads"]
+    kv, hd = cfg.get("num_key_value_heads") or heads, cfg.get("head_dim") or cfg["hidden_size"] // heads
+    head, layer, tail = _decoder_shapes(cfg, heads, kv, hd)
+    return Architecture(name=name, vocab=cfg["vocab_size"], hidden=cfg["hidden_size"], layers=cfg["num_hidden_layers"],
+                        heads=heads, kv_heads=kv, head_dim=hd,
+                        intermediate=cfg["intermediate_size"], tied=bool(cfg["tie_word_embeddings"]),
+                        shapes=tuple(head + layer * cfg["num_hidden_layers"] + tail),
+                        layer_params=sum(math.prod(s) for s in layer),
+                        root_params=sum(math.prod(s) for s in head + tail))
+
+
+def _meta_architecture(fields: dict, name: str) -> Architecture:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields = dict(fields)
+    cfg = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    named = list(model.named_parameters())  # tied weights once
+    layer = sum(p.numel() for n, p in named if ".layers.0." in n)
+    root = sum(p.numel() for n, p in named if ".layers." not in n)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return Architecture(name=name, vocab=cfg.vocab_size, hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
+                        heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, head_dim=head_dim,
+                        intermediate=cfg.intermediate_size, tied=bool(cfg.tie_word_embeddings),
+                        shapes=tuple(tuple(p.shape) for _, p in named), layer_params=layer, root_params=root)
