@@ -29,6 +29,10 @@ setup: $(VENV)/.installed
 # rebuilt after every run that finishes (--report-after-run), so it never shows an older DAG
 demo: setup
 	$(BIN)/snakemake --cores $(CORES) --report results/toy/report.html --report-after-run
+	@echo ""
+	@echo "Open results/toy/report/reproduction.html first: the paper's claims judged on the toy and on the paper's own"
+	@echo "numbers, every choice under a verdict, the cost ledger. Snakemake's report (tables inline, figures):"
+	@echo "results/toy/report.html. While a grid runs: .venv/bin/softtokens status"
 
 # the appendix ablations on the toy (not part of `demo`): the toy grid first (its runs are the
 # ablation tables' default rows, reused), then 12 variants x 2 seeds (about 30 min on 2 cores in all)

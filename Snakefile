@@ -1,11 +1,27 @@
 # softtokens: every table and figure of "Soft Tokens, Hard Truths" from one config grid.
 # The grid is config["grid"] (toy by default; profiles/slurm selects paper).
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
+# a YAML syntax error named with its file, line and column before Snakemake reads the file (its own
+# message names neither)
+from softtokens.run.config import check_yaml_syntax
+
+check_yaml_syntax(Path(workflow.basedir) / "config.yaml")
+
 
 configfile: "config.yaml"
+
+
+# grids of their own beside config.yaml (`softtokens plan --claims` writes one there): each file a
+# `grids:` block, read after config.yaml and before any --configfile of the command line
+for _grid_file in sorted(Path(workflow.basedir, "grids").glob("*.yaml")):
+    check_yaml_syntax(_grid_file)
+
+    configfile: _grid_file
 
 
 # PATH is extended with the running interpreter's bin directory (workflow/rules/common.smk)

@@ -174,7 +174,8 @@ def test_plan_prints_grid_totals_per_job_kind_and_per_table(tiny, tmp_path, caps
     assert f"throughput: {report}" in out
     for kind in ("| train | 1 |", "| evaluate | 4 |", "| evaluate_loglik | 2 |", "| **grid** | 7 |"):
         assert kind in out
-    assert "| main (tab:main) |" in out and "wall-clock on 2 node(s) x 8 GPUs" in out
+    # the GPUs per node default to the most a job of the grid asks for (its training runs' 2)
+    assert "| main (tab:main) |" in out and "wall-clock on 2 node(s) x 2 GPUs" in out
     assert "prompt tokens, toy on toyarith: 20, assumed (the memory plan's worst case" in out
 
 
@@ -217,6 +218,15 @@ def test_plan_and_the_ledger_count_the_same_cells_per_table(tmp_path):
     planned = forecast.table_forecast(config, "toy", forecast.forecast_jobs(config, "toy"), tables)
     assert dict(zip(planned.table, planned.cells)) == dict(zip(measured.table, measured.cells))
     assert dict(zip(planned.table, planned.cells))["main (tab:main)"] == 12
+
+
+def test_a_one_gpu_grid_is_forecast_on_one_gpu_nodes_and_beside_the_papers_cost_at_its_steps(capsys):
+    """`plan --grid mini` (one GPU per job, 1,000 steps a run): the wall-clock on 1-GPU nodes without a
+    flag, and the paper's cost at 1,000 steps (its per-step time) beside the 4,000-step totals."""
+    cli.main(["plan", "--config", str(ROOT / "config.yaml"), "--grid", "mini"])
+    out = capsys.readouterr().out
+    assert "wall-clock on 1 node(s) x 1 GPUs" in out
+    assert "at this grid's 1,000 steps a run (like for like, the paper's per-step time): 12.0-24.0 h, 96-192 GPU-hours" in out
 
 
 def test_the_mini_grid_fits_one_gpu_and_one_day():

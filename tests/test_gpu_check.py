@@ -231,3 +231,29 @@ def test_wide_matmul_gradients_by_hand(monkeypatch):
     torch.testing.assert_close(b.grad.float(), (a.detach().T @ grad).bfloat16().float(), rtol=1e-2, atol=1e-2)
     both = wide_mm(torch.randn(3, 5), torch.randn(5, 2))   # both float32: a and its remainder in one GEMM, b's remainder in another
     assert both.dtype == torch.float32
+
+
+def test_the_papers_sizes_refuse_to_run_without_a_gpu(tmp_path, capsys):
+    """Without a CUDA device (this machine, CI), gpu-check at the paper's sizes stops at once, says
+    why and what to run instead, and writes no report that could read as passed."""
+    from softtokens.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["gpu-check", "--out", str(tmp_path / "gc")])
+    assert stop.value.code != 0 and "no CUDA device here" in str(stop.value.code) and "--smoke" in str(stop.value.code)
+    with pytest.raises(SystemExit, match="--device cpu"):
+        main(["gpu-check", "--out", str(tmp_path / "gc"), "--device", "cpu"])
+    assert not (tmp_path / "gc").exists()
+
+
+def test_a_report_that_checked_nothing_has_not_passed(tmp_path):
+    from softtokens.gpucheck.shape import Report
+
+    meta = {"device": {"name": "x"}, "torch": "t", "cuda": None, "transformers": "t", "model": "m",
+            "parameters": 1, "compute_dtype": "bfloat16", "date": "d"}
+    report = Report(tmp_path, meta)
+    assert not report.passed and report.summary().startswith("# gpu-check: FAILED: no check applied")
+    report.check("engine", "CUDA graph", None, "no CUDA device")
+    assert not report.passed   # only checks that do not apply here
+    report.check("engine", "tokens equal", True)
+    assert report.passed

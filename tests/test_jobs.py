@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from softtokens.run.names import SETTINGS
 import yaml
 
 from softtokens.commands.train import launch_command, without_processes
@@ -137,4 +139,4 @@ def test_one_cell_of_each_kind_is_a_target(config):
     assert "results/paper/eval/qwen-3b/base/mmlu/loglik.json" in targets
     assert "results/paper/runs/llama-3b/math/soft/seed2/selected.json" in targets
     assert "results/paper/tables/main.md" in targets
-    assert len(j.eval_targets()) == (45 + 3) * 3 * 6 and len(j.loglik_targets()) == (45 + 3) * 3
+    assert len(j.eval_targets()) == (45 + 3) * 3 * len(SETTINGS) and len(j.loglik_targets()) == (45 + 3) * 3

@@ -74,9 +74,10 @@ def test_every_kept_gold_earns_the_full_reward_boxed():
     """What prepare-data guarantees for every math row it keeps, whatever the source."""
     from softtokens.reward.grader import reward
 
-    for loader, splits in (("gsm8k", ("train", "validation", "test")), ("math", ("train", "validation", "test")),
-                           ("deepscaler", ("train", "validation")), ("math500", ("test",)),
-                           ("olympiadbench", ("test",))):
+    for loader, source in SOURCES.items():
+        if source.kind != "math":
+            continue
+        splits = tuple(s for ours in source.splits for s in (("train", "validation") if ours == "train" else (ours,)))
         out, _ = prepare(loader, settings(loader, validation_size=1), splits)
         for rows in out.values():
             for r in rows:

@@ -78,3 +78,22 @@ def test_status_of_a_grid_with_a_run_in_every_state(tmp_path, capsys):
     assert f"failed: {base / 'soft_greedy.json'}" in out
     line = next(x for x in out.splitlines() if x.startswith("toy/toyarith/hard/seed1"))
     assert line.split()[1:6] == ["running", f"5/{total}", "50.0", "29.0", "29.0"]  # reward 0-100, validation in %
+
+
+def test_status_shows_the_toy_base_being_built(tmp_path):
+    """The demo's longest job: its progress file (written every 25 supervised steps) is on the status
+    screen with the step, loss and ETA; stale, it reads as failed; the model directory, as done."""
+    from softtokens.report.status import toy_base_status
+
+    config = copy.deepcopy(yaml.safe_load((ROOT / "config.yaml").read_text()))
+    config["grids"]["toy"]["results"] = str(tmp_path / "results")
+    model = paths.model_dir(str(tmp_path / "results"), "toy")
+    progress = Path(paths.model_progress(model))
+    progress.parent.mkdir(parents=True)
+    progress.write_text(json.dumps({"step": 299, "steps": 600, "loss": 0.812, "seconds": 100.0,
+                                    "updated": time.time()}))
+    text = status_text(grid_status(config, "toy"))
+    assert f"toy base {model}: running, supervised step 300/600, loss 0.812, ETA 2m" in text
+    assert toy_base_status(model, time.time() + STALE_AFTER_S + 1)["state"] == "failed"
+    Path(model).mkdir()
+    assert toy_base_status(model, time.time())["state"] == "done"

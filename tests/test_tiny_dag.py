@@ -146,6 +146,14 @@ def test_tiny_dag_end_to_end(tiny_dag, tmp_path):
 
     # nothing left to do; deleting one evaluation (of a copy) remakes it and what depends on it, nothing else
     assert job_counts(snakemake(*args, "-n")) == {}
+    # after a code change, the README's commands: one cell (-f: its own job, nothing upstream), one table and
+    # the evaluations under it (the target before --forcerun, which takes every word after it as a rule name)
+    one = "results/toy/eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json"
+    assert job_counts(snakemake(*args, "-n", "-f", one)) == {"evaluate": 1, "total": 1}
+    table = job_counts(snakemake(*args, "-n", "results/toy/tables/main.md", "--forcerun", "evaluate"))
+    assert table == {"evaluate": 3, "main_table": 1, "total": 4}, table
+    wrong = job_counts(snakemake(*args, "-n", "--forcerun", "evaluate", one))   # the order the README warns of
+    assert wrong.get("total", 0) > 4, wrong
     shutil.copytree(tiny_dag, tmp_path / "dag", symlinks=True)
     args, res = tiny_args(tmp_path / "dag"), tmp_path / "dag" / "results" / "toy"
     (res / "eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json").unlink()
@@ -190,8 +198,7 @@ def test_a_failing_rerun_keeps_the_results_it_was_to_replace(tiny_dag, tmp_path)
     data = d / "results/toy/data/toyarith/test.jsonl"
     lines = data.read_text().splitlines()
     data.write_text("\n".join(lines) + "\n{not json\n")
-    proc = snakemake(*_args(d), "--cores", "1", "--forcerun", "evaluate",
-                     "results/toy/eval/toy/base/toyarith/hard_greedy.json")
+    proc = snakemake(*_args(d), "--cores", "1", "-f", "results/toy/eval/toy/base/toyarith/hard_greedy.json")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert f"test.jsonl:{len(lines) + 1}" in out and "not valid JSON" in out  # the first error line, on the console

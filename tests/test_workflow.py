@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from softtokens.run.names import SETTINGS
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -41,14 +43,14 @@ def test_toy_grid_plan(tmp_path):
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc)
     assert counts["train"] == 6 and counts["select_checkpoint"] == 6
-    # (base + 6 runs), each writing its six settings' files in one job (evaluation.one_job_per_setting: false)
+    # (base + 6 runs), each writing every setting's file in one job (evaluation.one_job_per_setting: false)
     assert counts["evaluate"] == 7
     assert counts["evaluate_loglik"] == 7  # (base + 6 runs) x the synthetic multiple-choice set
     assert counts["prepare_data"] == 1 and counts["prepare_benchmark"] == 2 and counts["build_toy_base"] == 1
 
 
 def test_one_evaluate_job_per_setting_unless_the_grid_says_otherwise(tmp_path):
-    """The toy's evaluate job writes a model's six files (one process start-up); with
+    """The toy's evaluate job writes a model's file of every setting (one process start-up); with
     one_job_per_setting (the default, the paper grid's) each file is a job of its own."""
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     target = "results/toy/eval/toy/toyarith-soft-seed0/toyarith/hard_greedy.json"
@@ -56,8 +58,8 @@ def test_one_evaluate_job_per_setting_unless_the_grid_says_otherwise(tmp_path):
     together = snakemake(target, *args, str(ROOT / "config.yaml"))
     assert together.returncode == 0, together.stderr
     shell = [line for line in together.stdout.splitlines() if "softtokens evaluate " in line]
-    assert len(shell) == 1 and "--setting hard_greedy hard_sample soft_greedy soft_sample fuzzy_greedy fuzzy_sample" in shell[0]
-    assert shell[0].count("toyarith-soft-seed0/toyarith/") >= 6  # six --out files
+    assert len(shell) == 1 and f"--setting {' '.join(SETTINGS)}" in shell[0]
+    assert shell[0].count("toyarith-soft-seed0/toyarith/") >= len(SETTINGS)  # an --out file per setting
     config["grids"]["toy"]["evaluation"]["one_job_per_setting"] = True
     cfg = tmp_path / "apart.yaml"
     cfg.write_text(yaml.safe_dump(config))
@@ -79,8 +81,9 @@ def test_paper_grid_plan_with_the_slurm_profile():
     counts = job_counts(proc)
     runs = 5 * 3 * 3                    # Table 1's (model, dataset) cells x modes x seeds
     models = runs + 3                   # + the three base models
+    settings = len(SETTINGS)            # the inference settings (run.names: the paper's six)
     assert counts["train"] == runs and counts["select_checkpoint"] == runs
-    assert counts["evaluate"] == models * 3 * 6       # x GSM8K, MATH-500, OlympiadBench x six settings
+    assert counts["evaluate"] == models * 3 * settings   # x GSM8K, MATH-500, OlympiadBench x every setting
     assert counts["evaluate_loglik"] == models * 3    # x HellaSwag, ARC, MMLU
     assert counts["prepare_data"] == 3 and counts["prepare_benchmark"] == 6
     assert "build_toy_base" not in counts
@@ -90,7 +93,7 @@ def test_paper_grid_plan_with_the_slurm_profile():
     summaries = {"main_table": 1, "settings_table": 3, "ood_table": 1, "training_figure": cells,
                  "passk_figure": cells * 3, "entropy_figure": cells * 3, "reproduction_report": 1, "all": 1}
     assert {k: counts[k] for k in summaries} == summaries
-    assert counts["total"] == 2 * runs + models * 3 * 6 + models * 3 + 3 + 6 + sum(summaries.values())
+    assert counts["total"] == 2 * runs + models * 3 * settings + models * 3 + 3 + 6 + sum(summaries.values())
 
 
 def test_one_table_plans_only_what_it_rests_on():
@@ -103,20 +106,20 @@ def test_one_table_plans_only_what_it_rests_on():
     proc = snakemake("--profile", "slurm", "-n", "results/paper/tables/settings_math500.md", "--quiet", "rules",
                      env=PAPER_ENV)
     counts = job_counts(proc)
-    assert counts["evaluate"] == 48 * 6 and "evaluate_loglik" not in counts and counts["settings_table"] == 1
+    assert counts["evaluate"] == 48 * len(SETTINGS) and "evaluate_loglik" not in counts and counts["settings_table"] == 1
 
 
 def test_ablations_grid_plans_24_variant_runs_and_reuses_the_main_cells():
-    """The appendix ablations: 12 (mode, variant) arms x 2 seeds, each evaluated under the six
-    settings on GSM8K; the default rows are the paper grid's runs, never planned here."""
+    """The appendix ablations: 12 (mode, variant) arms x 2 seeds, each evaluated under every inference
+    setting on GSM8K; the default rows are the paper grid's runs, never planned here."""
     proc = snakemake("--profile", "slurm", "-n", "--config", "grid=ablations", env=PAPER_ENV)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-3000:]
     counts = job_counts(proc)
     assert counts["train"] == 24 and counts["select_checkpoint"] == 24
-    assert counts["evaluate"] == 24 * 6 and "evaluate_loglik" not in counts
+    assert counts["evaluate"] == 24 * len(SETTINGS) and "evaluate_loglik" not in counts
     assert counts["ablation_tables"] == 1 and "tables" not in counts and "build_toy_base" not in counts
-    assert counts["total"] == 24 + 24 + 24 * 6 + 1 + 1 + 1 + 1
+    assert counts["total"] == 24 + 24 + 24 * len(SETTINGS) + 1 + 1 + 1 + 1
     arms = re.findall(r"rule train:.*?wildcards: model=([\w.-]+), dataset=(\w+), arm=([\w@.+-]+), seed=(\d)", text,
                       flags=re.S)
     assert len(arms) == 24 and all("@" in a for _, _, a, _ in arms)          # no default (main-grid) run

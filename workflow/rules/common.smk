@@ -11,8 +11,11 @@ from softtokens.run import paths
 from softtokens.run.names import alternation
 from softtokens.run.paths import ALL_SETTINGS, EVAL_JOB, RUN_JOB
 from softtokens.run.config import check_config
+from softtokens.run.interrupted import interrupted_note
 from softtokens.run.jobs import GridJobs
 from softtokens.run.summaries import stale_summaries
+from softtokens.run.targets import outside_grid
+from softtokens.train.architecture import check_model_sources
 from softtokens.train.plan import check_plan, resolve_memory
 
 # messages that name the key ('grids.toy.rl.steps') and its file and line; also completes every `reuse:`
@@ -22,6 +25,8 @@ CONFIG_FILES += list(workflow.overwrite_configfiles)
 check_config(config, loader_kind, CONFIG_FILES)
 # a dataset read from a local copy that is not there is refused now, not in its first job
 check_local_sources(config, config["grid"])
+# a model id that names nothing (a typo of a hub id) stops here with its line and the closest shipped id
+check_model_sources(config, config["grid"], CONFIG_FILES)
 # every job's per-GPU memory against the grid's GPUs, before any job starts (`softtokens plan`)
 check_plan(config, config["grid"])
 
@@ -32,6 +37,29 @@ os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.envir
 
 JOBS = GridJobs(config, resolve_rl=resolve_memory)  # `auto` micro-batch / checkpointing: the memory plan's
 RESULTS = JOBS.results
+
+
+def command_line_targets() -> list:
+    """The targets of this `snakemake` command line (Snakemake hands them to the workflow only after
+    this file runs): read with Snakemake's own parser; none where they cannot be read."""
+    try:
+        from snakemake.cli import get_argument_parser
+
+        return list(get_argument_parser().parse_known_args(sys.argv[1:])[0].targets or [])
+    except (Exception, SystemExit):
+        return []
+
+
+# outputs an interrupted job left incomplete, said in words before Snakemake's 'Forced execution'
+INTERRUPTED = interrupted_note()
+if INTERRUPTED:
+    print(INTERRUPTED, file=sys.stderr)
+
+# a target naming a run or evaluation outside the grid (a typo'd seed) would be planned as new work
+OUTSIDE = outside_grid(JOBS, command_line_targets())
+if OUTSIDE:
+    raise WorkflowError(f"target(s) outside grid {config['grid']!r} (config.yaml):\n  " + "\n  ".join(OUTSIDE)
+                        + "\nAdd them to the grid's training cells or evaluation to make them.")
 EVAL = JOBS.eval
 RUN = paths.run_pattern(RESULTS)  # a run's directory, as a wildcard pattern
 GPU_RULE_ENV = JOBS.gpu_rule_env()

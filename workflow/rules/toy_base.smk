@@ -17,4 +17,5 @@ rule build_toy_base:
     benchmark:
         bench_of("build_toy_base", "{model}")
     shell:
-        "python -m softtokens build-toy-base --settings {params.settings:q} {params.expect} --train {input.train} --validation {input.validation} --out {output.model} --threads {threads} > {log} 2>&1"
+        # the longest job of the demo: its progress lines reach the console as well as the log
+        "python -m softtokens build-toy-base --settings {params.settings:q} {params.expect} --train {input.train} --validation {input.validation} --out {output.model} --threads {threads} 2>&1 | tee {log}"

@@ -42,6 +42,12 @@ def cmd_build_toy_base(a) -> None:
     from softtokens.engine.cot import CotEngine
     from softtokens.engine.settings import INFERENCE_SETTINGS
     from softtokens.model.toy import build_toy_base
+    import os
+    import socket
+    import sys
+    import time
+
+    from softtokens.run import paths
     from softtokens.run.files import atomic_dir, write_json
     from softtokens.run.provenance import Provenance
     from softtokens.train.validation import greedy_accuracy
@@ -52,7 +58,18 @@ def cmd_build_toy_base(a) -> None:
                       seeds={"seed": s["seed"]}, params=s)
     prov.expected = expected
     train, val = read_jsonl(a.train), read_jsonl(a.validation)
-    model, tok, log = build_toy_base(train, **{k: s[k] for k in TOY_BASE_KEYS if k in s}, threads=a.threads)
+    progress = Path(paths.model_progress(str(a.out)))
+    tenth = max(1, s["sft_steps"] // 10)
+
+    def report(row: dict) -> None:   # `softtokens status` and the console see how far the SFT is
+        write_json(progress, {**row, "updated": time.time(), "pid": os.getpid(), "host": socket.gethostname()})
+        done = row["step"] + 1
+        if done % tenth < 25 or done == row["steps"]:
+            print(f"toy base SFT: step {done}/{row['steps']}, loss {row['loss']:.3f}, {row['seconds']:.0f} s",
+                  file=sys.stderr, flush=True)
+
+    model, tok, log = build_toy_base(train, **{k: s[k] for k in TOY_BASE_KEYS if k in s}, threads=a.threads,
+                                     progress=report)
     acc = greedy_accuracy(CotEngine(model, tok), val, INFERENCE_SETTINGS["hard_greedy"], s["cot_max_tokens"],
                           s["answer_max_tokens"])
     with atomic_dir(a.out) as tmp:
@@ -61,6 +78,7 @@ def cmd_build_toy_base(a) -> None:
         write_json(tmp / "sft_log.json", {"log": log, "val_greedy_accuracy": acc,
                                           "parameters": sum(p.numel() for p in model.parameters())})
     prov.write_sidecar(a.out, extra={"val_greedy_accuracy": acc})
+    progress.unlink(missing_ok=True)
     print(f"toy base: {sum(p.numel() for p in model.parameters())} parameters, validation greedy accuracy {acc:.3f}")
 
 

@@ -5,10 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 
 
+NO_GPU = ("gpu-check: no CUDA device here ({why}). The paper's sizes (Llama-3.2-3B, 64 rollouts of 512-step CoTs, "
+          "an evaluation batch of 192) would run for hours on a CPU and measure nothing a GPU run needs. Run it on "
+          "a GPU node (docs/gpu.md), or `softtokens gpu-check --smoke --out DIR` for the same code at tiny sizes on "
+          "this machine.")
+
+
 def cmd_gpu_check(a) -> int:
+    import torch
+
     from softtokens.data.sources import loader_kind
     from softtokens.gpucheck.run import SECTIONS, run_gpu_check
     from softtokens.run.config import load_config
+
+    if not a.smoke:
+        if a.device and not a.device.startswith("cuda"):
+            raise SystemExit(NO_GPU.format(why=f"--device {a.device}"))
+        if not torch.cuda.is_available():
+            raise SystemExit(NO_GPU.format(why="torch.cuda.is_available() is False"))
 
     sections = tuple(a.sections.split(",")) if a.sections else SECTIONS
     modes = tuple(a.modes.split(","))
@@ -32,5 +46,6 @@ def register(sub) -> None:
     c.add_argument("--repeats", type=int, default=None, help="timed rollouts per setting (median; default 2)")
     c.add_argument("--eval-cot", type=int, default=None, help="evaluation CoT budget (default: the paper grid's)")
     c.add_argument("--work-dir", type=Path, default=None, help="where the random base and checkpoints go (temp)")
-    c.add_argument("--device", default=None, help="default: cuda if present, else cpu")
+    c.add_argument("--device", default=None, help="default: cuda (the paper's sizes refuse to run without one); "
+                                                  "--smoke runs where it is, a CPU too")
     c.set_defaults(func=cmd_gpu_check)

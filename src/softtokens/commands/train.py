@@ -101,7 +101,31 @@ def cmd_select(a) -> None:
     print(json.dumps(chosen))
 
 
+def cmd_plan_claims(a) -> None:
+    """`plan --claims`: the cheapest grid that settles the claims (report.claim_plan)."""
+    from softtokens.report.claim_plan import GRIDS_DIR, plan_claims, plan_json, plan_text, write_grid
+    from softtokens.report.paper import load_paper_results
+
+    config, _ = grid_config(a)
+    keys = [k.strip() for k in a.claims.split(",") if k.strip()]
+    try:
+        result = plan_claims(keys, config, load_paper_results(), name=a.name, power=a.power, budget=a.budget)
+    except KeyError as err:
+        raise SystemExit(err.args[0]) from None
+    out = Path(a.write) if a.write else GRIDS_DIR / f"{result['name']}.yaml"
+    if result["kept"]:
+        write_grid(result, out)
+    if a.json:
+        print(plan_json(result))
+        return
+    print(plan_text(result))
+    if result["kept"]:
+        print(f"\nwrote {out}: snakemake --profile slurm --config grid={result['name']}  (-n first: the plan)")
+
+
 def cmd_plan(a) -> None:
+    if getattr(a, "claims", None):
+        return cmd_plan_claims(a)
     from softtokens.report.forecast import forecast_text, load_throughput
     from softtokens.report.page import our_tables
     from softtokens.train.plan import (
@@ -118,7 +142,10 @@ def cmd_plan(a) -> None:
           + (f"fits = peak <= {USABLE_SHARE:.0%} of {gpu_gb} GB" if gpu_gb else "no GPU memory declared (not checked)"))
     print(plan_table(grid_plan(config, grid), gpu_gb))
     benchmarks = config["grids"][grid]["evaluation"].get("benchmarks", [])
-    print(forecast_text(config, grid, load_throughput(a.throughput), a.nodes, a.gpus_per_node, our_tables(benchmarks)))
+    from softtokens.report.forecast import grid_gpus_per_node
+
+    per_node = a.gpus_per_node or grid_gpus_per_node(config, grid)
+    print(forecast_text(config, grid, load_throughput(a.throughput), a.nodes, per_node, our_tables(benchmarks)))
     try:
         check_plan(config, grid)
     except PlanError as e:
@@ -174,5 +201,17 @@ def register(sub) -> None:
                            help="a gpu-check report (JSON) whose measured rates the cost forecast uses; default: "
                                 "the H100 one in benchmarks/results/ (report.forecast.DEFAULT)")
             c.add_argument("--nodes", type=int, default=1, help="nodes the wall-clock forecast assumes")
-            c.add_argument("--gpus-per-node", type=int, default=8)
+            c.add_argument("--gpus-per-node", type=int, default=None,
+                           help="default: the most GPUs one job of the grid asks for (a node must hold it)")
+            c.add_argument("--claims", default=None, metavar="KEY[,KEY...]",
+                           help="the cheapest grid that settles these claims of the paper (report.claim_plan): "
+                                "their verdicts' odds, the seeds that settle each, the grid (written to grids/) "
+                                "and its cost")
+            c.add_argument("--power", type=float, default=0.8,
+                           help="with --claims: the probability of a decided verdict that settles a claim")
+            c.add_argument("--budget", type=float, default=None, metavar="GPU_HOURS",
+                           help="with --claims: keep the claims that fit, best first")
+            c.add_argument("--json", action="store_true", help="with --claims: one JSON object per claim")
+            c.add_argument("--name", default=None, help="with --claims: the grid's name (default: from the claims)")
+            c.add_argument("--write", default=None, help="with --claims: where the grid goes (default: grids/NAME.yaml)")
         c.set_defaults(func=func)

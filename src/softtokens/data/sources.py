@@ -162,23 +162,33 @@ class Source:
     # questions in the test set as the paper (and this loader) evaluates it: the reproduction's standard
     # errors and the cost forecast (report.forecast) count them; None for a training-only set
     test_size: int | None = None
+    gold: str = ""                      # how the gold answer (or label) is read: docs/data-and-reward.md's table
+    train_size: int | None = None       # rows of the source's training split, where it has one
 
 
 SOURCES: dict[str, Source] = {
-    "gsm8k": Source("openai/gsm8k", "main", {"train": "train", "test": "test"}, norm_gsm8k, test_size=1319),
+    "gsm8k": Source("openai/gsm8k", "main", {"train": "train", "test": "test"}, norm_gsm8k, test_size=1319,
+                    train_size=7473, gold="text after `####`, commas removed"),
     "math": Source("DigitalLearningGmbH/MATH-lighteval", "default", {"train": "train", "test": "test"}, norm_math,
-                   notes="Hendrycks MATH mirror; gold = last \\boxed{} of the solution"),
-    "deepscaler": Source("agentica-org/DeepScaleR-Preview-Dataset", None, {"train": "train"}, norm_problem_answer),
+                   notes="Hendrycks MATH mirror; the original hub id was taken down", train_size=7500,
+                   gold="last `\\boxed{}` of `solution` (balanced braces; `\\boxed 5`, `\\fbox{}`)"),
+    "deepscaler": Source("agentica-org/DeepScaleR-Preview-Dataset", None, {"train": "train"}, norm_problem_answer,
+                         train_size=40315, gold="`answer` (`$` removed)"),
     "math500": Source("HuggingFaceH4/MATH-500", None, {"test": "test"}, norm_problem_answer, id_field="unique_id",
-                      test_size=500),
+                      test_size=500, gold="`answer`"),
     "olympiadbench": Source("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", {"test": "train"}, norm_olympiadbench,
-                            id_field="id", notes="675 English, text-only, open-ended math problems", test_size=675),
+                            id_field="id", notes="675 English, text-only, open-ended math problems", test_size=675,
+                            gold="`final_answer` list, every `$` removed (`$69$,$84$` → `69,84`), several answers "
+                                 "joined by `, `"),
     "hellaswag": Source("Rowan/hellaswag", None, {"test": "validation"}, norm_hellaswag, kind="multiple_choice",
-                        id_field="ind", test_size=10042),
+                        id_field="ind", test_size=10042,
+                        gold="`label`; context and endings preprocessed as lm-evaluation-harness does"),
     "arc": Source("allenai/ai2_arc", "ARC-Challenge", {"test": "test"}, norm_arc, kind="multiple_choice", id_field="id",
                   notes="the AI2 Reasoning Challenge set the paper names (docs/protocol.md); the paper's own "
-                        "accuracies admit 1,165 questions, not the split's 1,172 (docs/protocol.md)", test_size=1172),
-    "mmlu": Source("cais/mmlu", "all", {"test": "test"}, norm_mmlu, kind="multiple_choice", test_size=14042),
+                        "accuracies admit 1,165 questions, not the split's 1,172 (docs/protocol.md)", test_size=1172,
+                  gold="index of `answerKey` among the labels (A–E or 1–4)"),
+    "mmlu": Source("cais/mmlu", "all", {"test": "test"}, norm_mmlu, kind="multiple_choice", test_size=14042,
+                   gold="`answer` (0–3)"),
 }
 # the loaders whose rows the workflow generates (data.toy), and every loader a config may name
 GENERATED = {"toy": ("math", ("train", "test")), "toy_mc": ("multiple_choice", ("test",))}

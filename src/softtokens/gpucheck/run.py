@@ -75,8 +75,11 @@ def run_gpu_check(out: Path, config: dict, smoke: bool = False, sections: tuple[
         raise ValueError(f"unknown section(s) {', '.join(sorted(unknown))} (known: {', '.join(SECTIONS)})")
     work = Path(tempfile.mkdtemp(prefix="gpu-check-", dir=work_dir))
     try:
-        for name in [s for s in SECTIONS if s in sections]:  # training last: it releases the model
+        todo = [s for s in SECTIONS if s in sections]   # training last: it releases the model
+        for i, name in enumerate(todo, 1):
             t0 = time.perf_counter()
+            before = len(report.checks)
+            print(f"[gpu-check] section {i} of {len(todo)}: {name} ...", flush=True)
             try:
                 if name == "engine":
                     check_engine(report, model, tok, shape, sigma, dev)
@@ -90,7 +93,13 @@ def run_gpu_check(out: Path, config: dict, smoke: bool = False, sections: tuple[
             except Exception as err:
                 report.check(name, "section ran", False, f"{type(err).__name__}: {err}",
                              detail=traceback.format_exc(limit=12))
+            if len(report.checks) == before:   # a section that checked nothing is no evidence of anything
+                report.check(name, "section checked something", False, "no check recorded")
             report.sections.setdefault(name, {})["seconds"] = round(time.perf_counter() - t0, 1)
+            done = report.checks[before:]
+            print(f"[gpu-check] section {i} of {len(todo)}: {name} done in {report.sections[name]['seconds']} s: "
+                  f"{sum(c['passed'] is True for c in done)} ok, {sum(c['passed'] is False for c in done)} failed, "
+                  f"{sum(c['passed'] is None for c in done)} n/a", flush=True)
             report.write()
             release(dev)
     finally:

@@ -108,7 +108,10 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return all(c["passed"] is not False for c in self.checks)
+        """Every check that applies passed, and at least one check applied: a run that checked nothing
+        (no section, or only checks that do not apply here) has passed nothing."""
+        applied = [c for c in self.checks if c["passed"] is not None]
+        return bool(applied) and all(c["passed"] for c in applied)
 
     def write(self) -> None:
         from softtokens.run.files import write_json
@@ -121,7 +124,9 @@ class Report:
 
     def summary(self) -> str:
         m = self.meta
-        lines = [f"# gpu-check: {'PASSED' if self.passed else 'FAILED'}", "",
+        applied = sum(c["passed"] is not None for c in self.checks)
+        verdict = "PASSED" if self.passed else ("FAILED: no check applied" if not applied else "FAILED")
+        lines = [f"# gpu-check: {verdict}", "",
                  f"{m['device']['name']} · torch {m['torch']} (CUDA {m['cuda']}) · transformers {m['transformers']} · "
                  f"{m['model']} ({m['parameters'] / 1e9:.3g}B parameters, {m['compute_dtype']}) · {m['date']}", ""]
         eng = self.sections.get("engine", {}).get("settings", {})

@@ -81,9 +81,10 @@ def build_toy_tokenizer(rows: list[dict], vocab_size: int):
 
 def build_toy_base(train_rows: list[dict], hidden_size: int, num_layers: int, num_heads: int,
                    intermediate_size: int, vocab_size: int, sft_steps: int, sft_batch_size: int,
-                   sft_lr: float, seed: int, forget_carry_rate: float = 0.0, threads: int = 1):
+                   sft_lr: float, seed: int, forget_carry_rate: float = 0.0, threads: int = 1, progress=None):
     """Returns (model, tokenizer, log) with the model supervised on the reference CoTs, a
-    ``forget_carry_rate`` fraction of them replaced by the forgetful-carry slip."""
+    ``forget_carry_rate`` fraction of them replaced by the forgetful-carry slip; ``progress(row)`` is
+    called with each log row (step, loss, seconds) as it is made."""
     torch.set_num_threads(threads)
     tok = build_toy_tokenizer(train_rows, vocab_size)
     model = build_toy_model(len(tok), hidden_size, num_layers, num_heads, intermediate_size,
@@ -127,6 +128,9 @@ def build_toy_base(train_rows: list[dict], hidden_size: int, num_layers: int, nu
         opt.step()
         sched.step()
         if step % 25 == 0 or step == sft_steps - 1:
-            log.append({"step": step, "loss": round(loss.item(), 4), "seconds": round(time.time() - start, 1)})
+            log.append({"step": step, "loss": round(loss.item(), 4), "seconds": round(time.time() - start, 1),
+                        "steps": sft_steps})
+            if progress is not None:
+                progress(log[-1])
     model.eval()
     return model, tok, log

@@ -61,6 +61,7 @@ class Spec:
     paper_ddof: int = 0                 # the paper's ±: 0 population std (numpy's default), 1 sample std
     test_set: str = PAIRED              # the questions' variance: paired (ours), unpaired, none
     rho: float = 0.5                    # correlation of one training run's seed errors across its cells
+    question_rho: float = 0.0           # unpaired cells of one benchmark: their test-set errors' correlation
     nll_row_cv: float = 1.0             # the paper's NLL per question: spread / mean (its test-set term)
     margin_scale: float = 1.0           # every margin times this
     generally: float = 2 / 3            # the share "generally" asks for
@@ -133,6 +134,13 @@ CHOICES = (
            "(0: independent, the old reading; 1: one shared seed effect), both tried. Ours is measured: the "
            "per-seed values of one run's cells give each contrast's seed variance directly.",
            (("seeds uncorrelated", {"rho": 0.0}), ("seeds fully correlated", {"rho": 1.0})), sources=("paper",)),
+    Choice("question correlation", "question_rho",
+           "Two cells of one benchmark were scored on the same questions, so their test-set errors correlate; "
+           "the paper publishes no per-question results to pair them on. 0: the unpaired bound (the larger "
+           "variance: the safe side now that it can only make a verdict undecided). Tried: 0.5, about the "
+           "median correlation of two models' per-question results on the toy's evaluation files (0.21-0.78 "
+           "between trained models; 0.43 greedy, 0.63 sampled). Ours are paired, question by question.",
+           (("questions correlated 0.5", {"question_rho": 0.5}),), sources=("paper",)),
     Choice("NLL spread", "nll_row_cv",
            "The paper gives NLL means only; the per-question spread of a per-token NLL is taken as its mean "
            "(coefficient of variation 1), so a cell's test-set variance is mean^2/N. Halved and doubled tried.",

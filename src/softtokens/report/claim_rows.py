@@ -12,6 +12,7 @@ import pandas as pd
 
 from softtokens.report import judging
 from softtokens.report.choices import CHOICES, Spec, alternatives
+from softtokens.report.reproducibility import DRAWS
 
 
 def words(c) -> str:
@@ -32,6 +33,16 @@ def robustness(c) -> str:
     return f"{held} of {tried} support; " + ("robust" if c.robust else "not robust")
 
 
+def odds_text(c) -> str:
+    """How likely the claim's verdict is to come out of a reproduction of the paper's grid."""
+    r = c.reproducibility
+    if not r or r.get("p_supported") is None:
+        return "—"
+    p = {judging.SUPPORTED: r["p_supported"], judging.UNDECIDED: r["p_undecided"],
+         judging.CONTRADICTED: r["p_contradicted"]}.get(c.verdict)
+    return "—" if p is None else f"{p:.2f}"
+
+
 def flips_text(c) -> str:
     return "; ".join(c.flips()) or ("—" if not c.sensitivity else "nothing: every specification agrees")
 
@@ -43,7 +54,8 @@ def claims_frame(theirs: list, ours: list | None = None) -> pd.DataFrame:
     rows = []
     for i, p in enumerate(theirs):
         row = {"claim": f"`{p.key}`", "margin": _margin(p), "verdict (the paper's numbers)": p.verdict,
-               "specifications": robustness(p), "what would flip it": flips_text(p)}
+               "specifications": robustness(p), "P(same verdict) in a reproduction": odds_text(p),
+               "what would flip it": flips_text(p)}
         if ours is not None:
             o = ours[i]
             row = {"claim": o.statement, **{k: v for k, v in row.items() if k != "claim"},
@@ -86,7 +98,9 @@ def method(spec: Spec) -> str:
             f"Two of our cells are compared paired, question by question and seed by seed; the paper's means "
             f"cannot be. Every choice under a verdict is named below, with its reason, and each claim is judged again "
             f"under each alternative ({n_paper} specifications on the paper's numbers, {n_ours} on ours): a verdict "
-            f"is *robust* only where every one agrees.")
+            f"is *robust* only where every one agrees. 'P(same verdict) in a reproduction': the share of "
+            f"{DRAWS:,} simulated reproductions of the paper's grid (its numbers as the truth, its 3 seeds, judged "
+            f"by these rules) that reach the verdict again (report.reproducibility; docs/protocol.md).")
 
 
 def choices_frame() -> pd.DataFrame:

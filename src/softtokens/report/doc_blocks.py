@@ -124,18 +124,63 @@ def judging_choices_block(root: Path) -> str:
             + ", ".join(f"ddof {d}: {k} of {n} trained cells admit a seed triple" for d, (k, n) in arc.items()) + ".")
 
 
+def datasets_block(root: Path) -> str:
+    """Every dataset loader (data.sources.SOURCES): its hub source, the splits we make of it, how the gold
+    answer is read; a loader added there appears here."""
+    import pandas as pd
+
+    from softtokens.data.sources import SOURCES
+
+    def splits(src) -> str:
+        out = []
+        for ours, theirs in src.splits.items():
+            name = theirs if theirs == ours else f"its `{theirs}` split"
+            if ours == "train":
+                size = f" ({src.train_size:,})" if src.train_size else ""
+                out.append(f"train{size} → train + a seeded validation slice")
+            else:
+                size = f" ({src.test_size:,})" if src.test_size else ""
+                out.append(f"test{size}" + ("" if theirs == ours else f", from {name}"))
+        return "; ".join(out)
+
+    rows = [{"dataset": f"`{name}`", "source": f"`{src.hub_id}`" + (f" `{src.hf_config}`" if src.hf_config else "")
+             + (f" ({src.notes})" if src.notes else ""), "kind": src.kind.replace("_", " "), "our splits": splits(src),
+             "gold answer": src.gold} for name, src in SOURCES.items()]
+    return pd.DataFrame(rows).to_markdown(index=False)
+
+
+def claims_budget_block(root: Path) -> str:
+    """The worked example of `softtokens plan --claims` (report.claim_plan) on the shipped config."""
+    import yaml
+
+    from softtokens.data.sources import loader_kind
+    from softtokens.report.claim_plan import plan_claims, plan_text
+    from softtokens.report.paper import load_paper_results
+    from softtokens.run.config import check_config
+
+    config = yaml.safe_load((root / "config.yaml").read_text())
+    check_config(config, loader_kind)
+    result = plan_claims(["passk_advantage", "ood_nll_lower_than_hard", "pass1_parity"], config, load_paper_results(),
+                         name="claims-example", budget=1500.0)
+    return "```\n$ softtokens plan --claims passk_advantage,ood_nll_lower_than_hard,pass1_parity --budget 1500\n" \
+        + plan_text(result) + "\n```"
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "paper-claims": paper_claims_block,
     "judging-choices": judging_choices_block,
     "paper-plan": paper_plan_block,
     "paper-memory-plan": paper_memory_plan_block,
+    "datasets": datasets_block,
+    "claims-budget": claims_budget_block,
 }
 
 # which files hold which blocks (paths from the repository root)
 FILES: dict[str, tuple[str, ...]] = {
-    "docs/protocol.md": ("paper-claims", "judging-choices"),
+    "docs/protocol.md": ("paper-claims", "judging-choices", "claims-budget"),
     "docs/cluster.md": ("paper-plan",),
     "docs/memory-plan.md": ("paper-memory-plan",),
+    "docs/data-and-reward.md": ("datasets",),
 }
 
 

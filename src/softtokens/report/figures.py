@@ -142,8 +142,8 @@ def entropy_figure_of(eval_paths: list[Path], model: str, dataset: str, benchmar
     sub = _group(ent, model, dataset, benchmark)
     fig = entropy_figure(plt, sns, sub, MODE_COLOURS)
     fig.suptitle(f"CoT entropy of {model} trained on {dataset} ({benchmark}; none = base model)\n"
-                 f"a line is drawn where at least {MIN_COTS} of its CoTs reach the position; grey: CoTs reaching "
-                 f"each position (every line of the panel)", y=1.07)
+                 f"a line is drawn where at least {MIN_COTS} of its CoTs reach the position; grey (right axis, lowest "
+                 f"quarter): CoTs reaching each position, every line of the panel", y=1.07)
     return fig
 
 
@@ -208,13 +208,16 @@ def _column_title(col: tuple) -> str:
     return mode + ("" if tau is None else f" τ={tau:g}")
 
 
+COUNT_HEADROOM = 4.0   # the CoT-count axis spans 4x its largest count: its bars fill the lowest quarter
+
+
 def entropy_figure(plt, sns, sub: pd.DataFrame, palette: dict):
     """CoT entropy by position: one panel per inference setting (rows greedy / sample, columns the
     CoT mode), each training mode's mean over seeds with its sd band where at least MIN_COTS of its
     CoTs reach the position, the base model dashed black on top (never hidden under the trained
     runs), and in grey on a right-hand axis how many CoTs reach each position."""
     cols, rows, at = setting_grid(set(sub.setting))
-    fig, axes = plt.subplots(len(rows), len(cols), figsize=(4.2 * len(cols), 3.0 * len(rows)), sharex=True,
+    fig, axes = plt.subplots(len(rows), len(cols), figsize=(4.4 * len(cols), 3.0 * len(rows)), sharex=True,
                              sharey=True, squeeze=False)
     trainings = [m for m in MODE_ORDER if m in set(sub.train_mode)]
     reached = sub.groupby(["setting", "train_mode", "position"])["cots"].transform("sum")
@@ -228,10 +231,12 @@ def entropy_figure(plt, sns, sub: pd.DataFrame, palette: dict):
             s, every = shown[shown.setting == name], sub[sub.setting == name]
             cots = every.groupby("position")["cots"].sum()
             twin = ax.twinx()
-            twin.fill_between(cots.index, cots.values, step="mid", color="0.85", zorder=0)
-            twin.set_ylim(0, max(1, cots.max()) * 1.05)
+            # the counts in the bottom quarter of the panel, as a context for the lines, never over them
+            twin.fill_between(cots.index, cots.values, step="mid", color="0.88", zorder=0)
+            twin.set_ylim(0, max(1, cots.max()) * COUNT_HEADROOM)
+            twin.set_yticks([0, int(cots.max())])
             twin.grid(False)
-            twin.tick_params(labelsize="x-small", colors="0.5", labelright=c == len(cols) - 1)
+            twin.tick_params(labelsize="x-small", colors="0.5", labelright=True)
             if c == len(cols) - 1:
                 twin.set_ylabel("CoTs reaching the position", color="0.5", fontsize="small")
             ax.set_zorder(twin.get_zorder() + 1)

@@ -193,6 +193,14 @@ def by_kind(jobs: pd.DataFrame) -> pd.DataFrame:
     return out.reindex([k for k in GPU_KINDS if k in out.index]).reset_index()
 
 
+def grid_gpus_per_node(config: dict, grid_name: str) -> int:
+    """The GPUs per node a grid declares: the most any one of its jobs asks for (a training job's
+    model's, an evaluation's), so a one-GPU grid is forecast on one-GPU nodes; 8 where it declares none."""
+    gpus = GridJobs({**config, "grid": grid_name}).ledger_gpus()
+    counts = [*gpus["train"].values(), *(v for k, v in gpus.items() if k != "train")]
+    return max([c for c in counts if c], default=8)
+
+
 def wall_clock_hours(jobs: pd.DataFrame, nodes: int, gpus_per_node: int) -> float:
     """Hours to run every job on ``nodes`` x ``gpus_per_node`` GPUs: the GPU-hours spread over them
     (perfect packing), but never less than the critical path, the longest training run followed by
@@ -247,20 +255,28 @@ def vs_actual(forecast: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
                                        "gpu_h_actual", "actual/forecast"])
 
 
-def paper_cost_text(jobs: pd.DataFrame) -> list[str]:
-    """The paper's stated cost beside this forecast's, per run and per RLOO step, and why they differ."""
+def paper_cost_text(jobs: pd.DataFrame, train_steps: list[int] | None = None) -> list[str]:
+    """The paper's stated cost beside this forecast's, per run and per RLOO step, and why they differ;
+    where the grid's runs are shorter than the paper's (``train_steps``), the paper's at their length."""
     train = jobs[jobs.rule == "train"]
     if train.empty:
         return []
     lo, hi = PAPER_COST["hours_per_run"]
     gpus, steps = PAPER_COST["gpus_per_run"], PAPER_COST["steps_per_run"]
     hours = train.wall_s / 3600
+    ours = sorted(set(train_steps)) if train_steps else [steps]
+    same = [] if ours == [steps] else [
+        f"at this grid's {', '.join(f'{n:,}' for n in ours)} steps a run (like for like, the paper's per-step time): "
+        + "; ".join(f"{lo * n / steps:.1f}-{hi * n / steps:.1f} h, {lo * gpus * n / steps:,.0f}-{hi * gpus * n / steps:,.0f} "
+                    f"GPU-hours" for n in ours) + f"; for {len(train)} runs {len(train) * lo * gpus * ours[0] / steps:,.0f}-"
+                                                  f"{len(train) * hi * gpus * ours[0] / steps:,.0f} GPU-hours."]
     return [
         "",
         f"the paper's stated cost ({PAPER_COST['where']}): each run on a dedicated {gpus}-GPU node, {lo:g}-{hi:g} h "
         f"end to end = {lo * gpus:,.0f}-{hi * gpus:,.0f} GPU-hours a run, {3600 * lo / steps:.0f}-"
         f"{3600 * hi / steps:.0f} s a step over its {steps} steps; for {len(train)} runs {len(train) * lo * gpus:,.0f}-"
         f"{len(train) * hi * gpus:,.0f} GPU-hours.",
+        *same,
         f"this forecast: a run {hours.min():.1f}-{hours.max():.1f} h on its {train.gpus.min()}-{train.gpus.max()} GPUs "
         f"({train.gpu_hours.min():,.0f}-{train.gpu_hours.max():,.0f} GPU-hours), a step {train.step_s.min():.1f}-"
         f"{train.step_s.max():.1f} s; {len(train)} runs {train.gpu_hours.sum():,.0f} GPU-hours.",
@@ -291,7 +307,9 @@ def forecast_text(config: dict, grid_name: str, rates: Throughput, nodes: int, g
                  f"{wall_clock_hours(jobs, nodes, gpus_per_node):,.1f} h "
                  "(GPU-hours spread over the GPUs, at least the longest training run then the longest evaluation)")
     lines += prompt_sources(config, grid_name)
-    lines += paper_cost_text(jobs)
+    grid_jobs = GridJobs({**config, "grid": grid_name})
+    steps = [cell_rl(config, grid_name, r.model, r.dataset, r.variant)["steps"] for r in grid_jobs.training_runs()]
+    lines += paper_cost_text(jobs, steps)
     return "\n".join(lines)
 
 

@@ -255,6 +255,7 @@ class Claim:
     sensitivity: list[dict] = field(default_factory=list)   # [{"specification", "verdict"}], the default first
     robust: bool | None = None      # every specification gives the default's verdict
     decide: str = ""                # an undecided claim: what would decide it
+    reproducibility: dict | None = None   # each verdict's probability in simulated reproductions (report.reproducibility)
     source: str = "paper"
 
     def __post_init__(self):

@@ -128,6 +128,11 @@ def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
         predicted = forecast.forecast_jobs(settings["config"], settings["grid"])
         vs_forecast = forecast.vs_actual(predicted, jobs)
     claims_paper = claims.judge_paper_claims(paper, spec=spec)
+    from softtokens.report.reproducibility import paper_reproducibility
+
+    odds = paper_reproducibility(paper, spec=spec)   # how likely each verdict is to come out again
+    for c in claims_paper:
+        c.reproducibility = odds[c.key].record() if c.key in odds else None
     return {"forecast": vs_forecast, "paper": paper, "seeds": seeds, "ours": ours, "comparison": comparison,
             "claims_ours": claims.judge_claims(ours, judging.entropy_rows(eval_paths), spec=spec),
             "claims_paper": claims_paper, "spec": spec,
@@ -157,6 +162,18 @@ def _rule_costs(jobs: pd.DataFrame) -> pd.DataFrame:
     return g.rename(columns={"wall": "wall (s)", "cpu": "CPU (s)", "gpu": "GPU-hours"}).round(2)
 
 
+def toy_parameters(settings: dict) -> str:
+    """The toy base's size in words (train.plan reads it off the grid's toy_base settings)."""
+    config, grid = settings.get("config"), settings.get("grid")
+    try:
+        from softtokens.train.plan import toy_architecture
+
+        n = toy_architecture(config["grids"][grid]["toy_base"]).parameters
+    except (KeyError, TypeError):
+        return "tiny"
+    return f"{n / 1e6:.2g}M"
+
+
 def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
     """(heading or paragraph kind, content) blocks shared by the Markdown and HTML renderings."""
     grid = settings.get("grid", "?")
@@ -169,7 +186,7 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
     blocks: list[tuple[str, object]] = [("h1", f"Reproduction report: grid `{grid}`")]
     blocks.append(("p", answer(data)))
     if toy:
-        blocks.append(("p", "This is the toy grid: a 0.9M-parameter Llama trained on synthetic arithmetic on a CPU. "
+        blocks.append(("p", f"This is the toy grid: a {toy_parameters(settings)}-parameter Llama trained on synthetic arithmetic on a CPU. "
                             "None of its cells is a cell of the paper (the models, data and budgets differ), so the "
                             "cell-by-cell comparison below is empty by construction. The claims are judged on the "
                             "toy's own numbers with the paper's rules: they say whether the toy shows the paper's "
@@ -238,11 +255,32 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
     if not data["forecast"].empty:
         blocks.append(("h3", "Forecast beside actual, per job kind"))
         blocks.append(("p", f"The forecast `softtokens plan` printed before the run (throughput: "
-                            f"{forecast.DEFAULT.source}, scaled by parameters), beside what the jobs took. "
-                            + ("On the toy grid the forecast is for an H100 and the jobs ran on CPUs: the ratio "
-                               "measures the machines, not the model." if toy else "")))
-        blocks.append(("table", data["forecast"].round(3)))
+                            f"{forecast.DEFAULT.source}, scaled by parameters), beside what the jobs took: the "
+                            f"ratio is actual over forecast wall time (1 = the forecast held; 2 = the jobs took twice "
+                            f"as long). "
+                            + ("On the toy grid the forecast is what an H100 would take for the toy model and the jobs "
+                               "ran on this machine's CPUs, so the ratio measures the machines, not the forecast: it "
+                               "says nothing about a GPU grid's cost." if toy else "")))
+        blocks.append(("table", forecast_frame(data["forecast"])))
     return blocks
+
+
+def duration(seconds: float) -> str:
+    """A wall time in the unit that shows it: never 0.0 h for a job of seconds."""
+    if pd.isna(seconds):
+        return ""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def forecast_frame(vs: pd.DataFrame) -> pd.DataFrame:
+    """report.forecast.vs_actual for reading: durations in their units, the ratio as a number of times."""
+    return pd.DataFrame({"kind": vs.kind, "jobs": vs.jobs, "forecast (wall)": (vs.wall_h_forecast * 3600).map(duration),
+                         "actual (wall)": (vs.wall_h_actual * 3600).map(duration),
+                         "GPU-hours forecast": vs.gpu_h_forecast.map(lambda x: f"{x:.3g}"),
+                         "GPU-hours actual": vs.gpu_h_actual.map(lambda x: f"{x:.3g}"),
+                         "actual / forecast": vs["actual/forecast"].map(lambda x: f"{x:,.2f}x" if x < 100 else f"{x:,.0f}x")})
 
 
 def to_markdown(blocks) -> str:

@@ -133,9 +133,29 @@ def grid_status(config: dict, grid_name: str, now: float | None = None) -> dict:
                                           now)})
     ev = bench[bench.rule.isin(["evaluate", "evaluate_loglik"])]
     other = bench[~bench.rule.isin(["train", "evaluate", "evaluate_loglik"])]
-    return {"grid": grid_name, "results": jobs.results, "runs": runs, "evals": evals,
+    bases = [toy_base_status(jobs.model_source(m), now) for m, spec in jobs.grid["models"].items()
+             if spec.get("source") == "toy"]
+    return {"grid": grid_name, "results": jobs.results, "runs": runs, "evals": evals, "bases": bases,
             "eval_gpu_hours": float(ev.gpu_hours.sum()), "eval_hours": float(ev.wall_s.sum()) / 3600,
             "other_gpu_hours": float(other.gpu_hours.sum()), "other_hours": float(other.wall_s.sum()) / 3600}
+
+
+def toy_base_status(model_dir: str, now: float) -> dict:
+    """A toy base: done (its directory), building (its progress file, written recently), failed (a
+    stale progress file: the job stopped before writing the model) or pending."""
+    import json
+
+    if Path(model_dir).is_dir():
+        return {"model": model_dir, "state": "done"}
+    progress = Path(paths.model_progress(model_dir))
+    if not progress.is_file():
+        return {"model": model_dir, "state": "pending"}
+    row = json.loads(progress.read_text())
+    state = "running" if now - row.get("updated", 0) < STALE_AFTER_S else "failed"
+    done = row["step"] + 1
+    eta = row["seconds"] / done * (row["steps"] - done) if done else None
+    return {"model": model_dir, "state": state, "step": done, "steps": row["steps"], "loss": row["loss"],
+            "eta_s": eta}
 
 
 def _fmt(x, spec: str = ".3f") -> str:
@@ -157,9 +177,15 @@ def _duration(s: float | None) -> str:
 def status_text(status: dict) -> str:
     runs, evals = status["runs"], status["evals"]
     lines = [f"grid {status['grid']} ({status['results']}); reward: the last step's mean on its 0-100 scale; val %, "
-             "best %: the last and the best greedy validation accuracy", "",
-             f"{'training run':<44} {'state':<8} {'step':>11} {'reward':>8} {'val %':>6} {'best %':>6} "
-             f"{'ETA':>7} {'hours':>6} {'GPU-h':>8} {'attempts':>8}"]
+             "best %: the last and the best greedy validation accuracy", ""]
+    for b in status.get("bases", []):
+        lines.append(f"toy base {b['model']}: {b['state']}" + (
+            f", supervised step {b['step']}/{b['steps']}, loss {b['loss']:.3f}, ETA {_duration(b['eta_s'])}"
+            if "step" in b else ""))
+    if status.get("bases"):
+        lines.append("")
+    lines.append(f"{'training run':<44} {'state':<8} {'step':>11} {'reward':>8} {'val %':>6} {'best %':>6} "
+                 f"{'ETA':>7} {'hours':>6} {'GPU-h':>8} {'attempts':>8}")
     for r in runs:
         lines.append(f"{r.run:<44} {r.state:<8} {f'{r.step}/{r.steps}':>11} {_fmt(r.reward, '.1f'):>8} "
                      f"{_pct(r.val):>6} {_pct(r.best):>6} {_duration(r.eta_s):>7} {r.hours:>6.2f} {r.gpu_hours:>8.2f} "

@@ -168,6 +168,19 @@ def _paired_test_var(weighted: list[tuple[Mapping, float]]) -> float | None:
     return total
 
 
+def _question_covariance(weighted: list[tuple[Mapping, float]], rho: float):
+    """2 rho sum_{k<l} w_k w_l s_k s_l over two cells of one benchmark and metric (unpaired cells scored on
+    the same questions, their test-set errors correlated ``rho``: report.choices)."""
+    if not rho:
+        return 0.0
+    total = 0.0
+    for i, (a, wa) in enumerate(weighted):
+        for b, wb in weighted[i + 1:]:
+            if (a["benchmark"], a["metric"]) == (b["benchmark"], b["metric"]):
+                total = total + 2 * rho * wa * wb * np.sqrt(test_var(a) * test_var(b))
+    return total
+
+
 def contrast(terms: Iterable[tuple[Mapping, float]], spec: Spec = DEFAULT) -> Estimate:
     """sum_k w_k x_k over cells, with its error (module docstring) under ``spec``: its test-set
     term paired where it asks for that and every cell has per-question values on its benchmark's
@@ -187,7 +200,7 @@ def contrast(terms: Iterable[tuple[Mapping, float]], spec: Spec = DEFAULT) -> Es
         kind = PAIRED
         if test is None:
             kind = UNPAIRED
-            test = sum(w * w * test_var(c) for c, w in weighted)
+            test = sum(w * w * test_var(c) for c, w in weighted) + _question_covariance(weighted, spec.question_rho)
     total = seeds + test
     se = np.sqrt(total)
     se = float(se) if np.ndim(se) == 0 else se

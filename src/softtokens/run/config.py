@@ -65,6 +65,23 @@ class ConfigError(ValueError):
     """config.yaml is malformed; the message names the key."""
 
 
+def check_yaml_syntax(path: str | Path) -> None:
+    """Stop with file:line and YAML's own words where ``path`` does not parse (Snakemake's loader says
+    only 'not valid JSON or YAML'); a file that parses passes silently."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    try:
+        yaml.safe_load(path.read_text())
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        words = "; ".join(w for w in (err.context, err.problem) if w)
+        raise ConfigError(f"{where}: not valid YAML: {words}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+
+
 def _key_path(path) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 

@@ -165,6 +165,13 @@ def model_dir(results: str, model: str) -> str:
     return f"{results}/models/{model}"
 
 
+def model_progress(model_dir_: str) -> str:
+    """Where a toy base being built in ``model_dir_`` writes how far it is, beside it (undeclared:
+    `softtokens status` reads it; removed when the model is written)."""
+    parent, name = model_dir_.rstrip("/").rsplit("/", 1)
+    return f"{parent}/.{name}.progress.json"
+
+
 # ---------------------------------------------------------------- tables, figures, report
 TABLE_EXTS = ("md", "tex", "csv", "html")  # html: shown inline by `snakemake --report`
 CELLS_EXT = "cells.json"     # each table cell's evaluation files (softtokens audit --row/--column)

@@ -65,7 +65,8 @@ class GridTargets:
         return [self.run_file(r, paths.METRICS) for r in self.training_runs() if not r.variant]
 
     def table_names(self) -> list[str]:
-        names = [paths.MAIN_TABLE, *(paths.settings_table(b) for b in self.eval["benchmarks"])]
+        names = ([paths.MAIN_TABLE] if self.eval["benchmarks"] else []) + [
+            paths.settings_table(b) for b in self.eval["benchmarks"]]
         return names + ([paths.OOD_TABLE] if self.ood else [])
 
     def table_targets(self, ext: str) -> list[str]:
@@ -216,3 +217,52 @@ class GridTargets:
         return dumps({"grid": self.name, "model": model, "dataset": dataset, "toy": "toy_base" in self.grid,
                        "tables": tables})
 
+
+
+def outside_grid(jobs: "GridTargets", targets) -> list[str]:
+    """The targets asked for on the command line that name a run or an evaluation the grid does not
+    have (a seed, model, mode, benchmark or setting outside it), each with what the grid has there:
+    Snakemake would plan them as new jobs without a word. Other targets (tables, rules) pass."""
+    runs = set(jobs.training_runs())
+    bad = []
+    for target in targets:
+        text = str(target)
+        if not text.startswith(f"{jobs.results}/"):
+            continue
+        rest = text[len(jobs.results) + 1:].split("/")
+        try:
+            if rest[0] == "runs" and len(rest) >= 5:
+                k = paths.parse_run_path("/".join(rest[:5]) + "/x")
+                run = Run(k["model"], k["train_dataset"], k["train_mode"], k["variant"], k["seed"])
+                if run not in runs:
+                    bad.append(f"{text}: {_nearest(run, runs)}")
+            elif rest[0] == "eval" and len(rest) >= 5:
+                k = paths.parse_eval_path(text)
+                run = paths.eval_run(k)
+                if run is not None and run not in runs:
+                    bad.append(f"{text}: {_nearest(run, runs)}")
+                elif k["model"] not in jobs.eval["models"] and run is None:
+                    bad.append(f"{text}: model {k['model']!r} is not evaluated here (models: "
+                               f"{', '.join(jobs.eval['models'])})")
+                elif k["benchmark"] not in (*jobs.eval["benchmarks"], *jobs.ood):
+                    bad.append(f"{text}: benchmark {k['benchmark']!r} is not in the grid (benchmarks: "
+                               f"{', '.join([*jobs.eval['benchmarks'], *jobs.ood])})")
+                elif k["benchmark"] in jobs.eval["benchmarks"] and k["setting"] not in jobs.eval["settings"]:
+                    bad.append(f"{text}: setting {k['setting']!r} is not evaluated here (settings: "
+                               f"{', '.join(jobs.eval['settings'])})")
+        except (ValueError, IndexError):
+            continue   # not a run or evaluation path: Snakemake says what it makes of it
+    return bad
+
+
+def _nearest(run: Run, runs: set) -> str:
+    """What the grid has in place of ``run``: its seeds, modes or datasets there."""
+    same = [r for r in runs if (r.model, r.dataset, r.mode, r.variant) == (run.model, run.dataset, run.mode, run.variant)]
+    if same:
+        return f"seed {run.seed} is not in the grid (seeds there: {', '.join(str(r.seed) for r in sorted(same))})"
+    cells = sorted({(r.model, r.dataset) for r in runs})
+    arms = sorted({r.arm for r in runs if (r.model, r.dataset) == (run.model, run.dataset)})
+    if arms:
+        return f"{run.arm!r} is not trained there (arms: {', '.join(arms)})"
+    return (f"{run.model}/{run.dataset} is not a training cell of the grid (cells: "
+            f"{', '.join(f'{m}/{d}' for m, d in cells)})")

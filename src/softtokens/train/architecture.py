@@ -128,3 +128,32 @@ def _meta_architecture(fields: dict, name: str) -> Architecture:
                         heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, head_dim=head_dim,
                         intermediate=cfg.intermediate_size, tied=bool(cfg.tie_word_embeddings),
                         shapes=tuple(tuple(p.shape) for _, p in named), layer_params=layer, root_params=root)
+
+
+def shipped_models() -> list[str]:
+    """The hub ids whose architecture numbers ship with the package."""
+    return sorted(p.stem.replace("__", "/") for p in ARCHITECTURES.glob("*.json"))
+
+
+def check_model_sources(config: dict, grid_name: str, config_files=()) -> None:
+    """Stop before any job where a model of the grid is neither the toy, a local model directory nor a
+    hub id whose numbers ship with the package, naming the key's file and line, the shipped ids and the
+    closest of them."""
+    import difflib
+
+    from softtokens.run.config import ConfigError, key_lines
+
+    lines = key_lines(config_files)
+    shipped = shipped_models()
+    bad = []
+    for model, spec in config["grids"][grid_name]["models"].items():
+        source = spec.get("source")
+        if source == "toy" or architecture_file(source).is_file() or (Path(source) / "config.json").is_file():
+            continue
+        at = lines.get(("grids", grid_name, "models", model, "source"), "config.yaml")
+        close = difflib.get_close_matches(source, shipped, n=1, cutoff=0.6)
+        bad.append(f"{at}: grids.{grid_name}.models.{model}.source {source!r} is not a shipped model or a local "
+                   f"directory with a config.json" + (f"; did you mean {close[0]!r}?" if close else "")
+                   + f" (shipped: {', '.join(shipped)})")
+    if bad:
+        raise ConfigError("\n".join(bad))
