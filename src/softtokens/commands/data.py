@@ -59,12 +59,14 @@ def cmd_build_toy_base(a) -> None:
     prov.expected = expected
     train, val = read_jsonl(a.train), read_jsonl(a.validation)
     progress = Path(paths.model_progress(str(a.out)))
-    tenth = max(1, s["sft_steps"] // 10)
+    printed = [-1]   # the last tenth of the steps said on the console
 
     def report(row: dict) -> None:   # `softtokens status` and the console see how far the SFT is
         write_json(progress, {**row, "updated": time.time(), "pid": os.getpid(), "host": socket.gethostname()})
         done = row["step"] + 1
-        if done % tenth < 25 or done == row["steps"]:
+        tenth = 10 * done // row["steps"]
+        if tenth > printed[0]:
+            printed[0] = tenth
             print(f"toy base SFT: step {done}/{row['steps']}, loss {row['loss']:.3f}, {row['seconds']:.0f} s",
                   file=sys.stderr, flush=True)
 

@@ -188,28 +188,37 @@ def _pattern(name: str) -> re.Pattern:
     return re.compile(re.escape(BEGIN.format(name=name)) + r"\n(.*?)\n?" + re.escape(END.format(name=name)), re.S)
 
 
-def render(text: str, name: str, root: Path, cache: dict | None = None) -> str:
+# a block's text per (name, code root) for the life of the process: the code and config do not change
+# under a running `softtokens docs` (a dry run and a thousand simulations are not redone per file)
+_COMPUTED: dict[tuple[str, str], str] = {}
+
+
+def block_text(name: str, root: Path) -> str:
+    key = (name, str(Path(root).resolve()))
+    if key not in _COMPUTED:
+        _COMPUTED[key] = BLOCKS[name](root).rstrip("\n")
+    return _COMPUTED[key]
+
+
+def render(text: str, name: str, root: Path) -> str:
     """``text`` with block ``name`` rewritten; a file without the block's markers is an error."""
     pattern = _pattern(name)
     if not pattern.search(text):
         raise KeyError(f"no markers for the generated block {name!r} ({BEGIN.format(name=name)})")
-    cache = {} if cache is None else cache
-    if name not in cache:
-        cache[name] = BLOCKS[name](root).rstrip("\n")
-    body = cache[name]
+    body = block_text(name, root)
     return pattern.sub(lambda _: f"{BEGIN.format(name=name)}\n{body}\n{END.format(name=name)}", text, count=1)
 
 
 def stale(root: Path, code_root: Path | None = None) -> list[str]:
     """Every (file, block) under ``root`` whose text is not what the code (at ``code_root``, default
     ``root``) gives now, as 'file: block' lines."""
-    out, cache = [], {}
+    out = []
     for rel, names in FILES.items():
         path = root / rel
         text = path.read_text()
         for name in names:
             try:
-                if render(text, name, code_root or root, cache) != text:
+                if render(text, name, code_root or root) != text:
                     out.append(f"{rel}: {name}")
             except KeyError as err:
                 out.append(f"{rel}: {err.args[0]}")
@@ -218,12 +227,12 @@ def stale(root: Path, code_root: Path | None = None) -> list[str]:
 
 def write(root: Path, code_root: Path | None = None) -> list[str]:
     """Rewrite every block in place; the files changed."""
-    changed, cache = [], {}
+    changed = []
     for rel, names in FILES.items():
         path = root / rel
         text = new = path.read_text()
         for name in names:
-            new = render(new, name, code_root or root, cache)
+            new = render(new, name, code_root or root)
         if new != text:
             path.write_text(new)
             changed.append(rel)
