@@ -13,6 +13,7 @@ from softtokens import cli
 from softtokens.report import forecast
 from softtokens.report.forecast import Throughput
 from softtokens.report.throughput import DecodeCurve
+from softtokens.run import names
 from softtokens.run.jobs import GridJobs
 from softtokens.train.plan import grid_architecture
 
@@ -191,7 +192,8 @@ def test_plan_states_the_papers_cost_beside_its_own(capsys):
 def test_plan_and_the_ledger_count_the_same_cells_per_table(tmp_path):
     """A table's cells as `softtokens plan` counts them (from the grid) and as the reproduction
     report's ledger counts them (from the evaluation files): the toy main table is 4 rows (base and
-    three trainings) x (greedy pass@1, sample pass@1, sample pass@4) = 12 in both."""
+    three trainings) x (greedy pass@1, sample pass@1, sample pass@4) = 12 in both (with the registry's
+    hard settings: a setting added there adds its columns)."""
     from softtokens.report import ledger, reproduction
     from softtokens.report.page import our_tables
     from softtokens.report.paper import CELL_KEYS
@@ -204,7 +206,7 @@ def test_plan_and_the_ledger_count_the_same_cells_per_table(tmp_path):
     for path in jobs.eval_targets():
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        sampled = p.stem.endswith("sample")   # the fixture's own files, not a rule of the code under test
+        sampled = names.is_sampled(p.stem)   # the registry says which settings draw n CoTs
         k = n if sampled else 1
         p.write_text(json.dumps({"n_samples": k, "pass@1": 0.5, "pass@k": {str(i): 0.5 for i in range(1, k + 1)},
                                  "mean_cot_length": 1.0, "n_problems": 4}))
@@ -217,7 +219,11 @@ def test_plan_and_the_ledger_count_the_same_cells_per_table(tmp_path):
     measured = ledger.table_costs(ledger.cell_costs(seeds, no_jobs, CELL_KEYS), no_jobs, tables)
     planned = forecast.table_forecast(config, "toy", forecast.forecast_jobs(config, "toy"), tables)
     assert dict(zip(planned.table, planned.cells)) == dict(zip(measured.table, measured.cells))
-    assert dict(zip(planned.table, planned.cells))["main (tab:main)"] == 12
+    # the base and three trainings x every hard setting's pass@1, and pass@n of each sampled one (the paper's: 3 columns)
+    from softtokens.run.names import is_sampled, settings_of
+
+    columns = sum(1 + is_sampled(s) for s in settings_of(("hard",)))
+    assert dict(zip(planned.table, planned.cells))["main (tab:main)"] == 4 * columns
 
 
 def test_a_one_gpu_grid_is_forecast_on_one_gpu_nodes_and_beside_the_papers_cost_at_its_steps(capsys):

@@ -132,8 +132,8 @@ def test_the_names_that_must_not_drift_live_at_their_homes():
     assert (reward(" \\boxed{72}.", "72"), reward(" \\boxed{7}.", "72"), reward(" 72", "72")) == (100, 10, 0)
     assert torch.allclose(rloo_advantages(torch.tensor([[1.0, 0.0, 0.0]])), torch.tensor([[1.0, -0.5, -0.5]]))
     assert gaussian_log_prob(torch.ones(2), torch.zeros(2), 0.5).item() == -4.0
-    assert list(INFERENCE_SETTINGS) == ["hard_greedy", "hard_sample", "soft_greedy", "soft_sample", "fuzzy_greedy",
-                                        "fuzzy_sample"]
+    paper_six = ["hard_greedy", "hard_sample", "soft_greedy", "soft_sample", "fuzzy_greedy", "fuzzy_sample"]
+    assert list(INFERENCE_SETTINGS)[:6] == paper_six   # the paper's six first; a setting of ours may follow
     assert INFERENCE_SETTINGS["soft_sample"] == ("soft", 0.5, 0.33)
 
 
