@@ -70,12 +70,17 @@ def test_host_reads_per_update_do_not_grow_with_micro_batches(name, toy_tokenize
     assert sums[8].flips == sums[2].flips == sums[1].flips
 
 
-def test_the_training_forward_masks_as_transformers_does(tiny_model, toy_tokenizer, toy_rows):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16 (the paper grid's)"])
+def test_the_training_forward_masks_as_transformers_does(dtype, toy_tokenizer, toy_rows):
     """The update pass's forward gets its causal-and-padding mask made on the device (no host read);
-    its hidden states at every step equal those of the forward given the 2-D padding mask."""
+    its hidden states at every step equal those of the forward given the 2-D padding mask, in float32
+    and in the paper grid's bf16 compute (its additive mask in bf16)."""
+    from conftest import make_tiny_model
+
     from softtokens.model.head import decoder_hidden
     from softtokens.train.rloo import step_hidden
 
+    tiny_model = make_tiny_model(toy_tokenizer, dtype=dtype, seed=4)
     prompts = [format_prompt(r["question"]) for r in toy_rows["test"][:5]]
     rollout = CotEngine(tiny_model, toy_tokenizer).generate(prompts, INFERENCE_SETTINGS["soft_sample"], 0.05,
                                                             [1, 2, 3, 4, 5], 16, 4, 1.0)
@@ -83,10 +88,12 @@ def test_the_training_forward_masks_as_transformers_does(tiny_model, toy_tokeniz
     with torch.no_grad():
         got = step_hidden(tiny_model, rollout)
         emb = tiny_model.get_input_embeddings()
-        x_steps = torch.where((rollout.step_phase == 0).unsqueeze(-1), rollout.noisy_inputs, emb(rollout.step_ids))
+        x_steps = emb(rollout.step_ids)
+        x_steps = torch.where((rollout.step_phase == 0).unsqueeze(-1), rollout.noisy_inputs.to(x_steps.dtype), x_steps)
         x = torch.cat([emb(rollout.prompt_ids), x_steps], dim=1)
         mask = torch.cat([rollout.prompt_mask, torch.ones_like(rollout.step_ids)], dim=1)
         pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
         ref = decoder_hidden(tiny_model, inputs_embeds=x, attention_mask=mask, position_ids=pos)
     steps = rollout.step_ids.shape[1]
-    torch.testing.assert_close(got, ref[:, -(steps + 1):-1], atol=1e-6, rtol=1e-6)
+    tol = 1e-6 if dtype == torch.float32 else 0.0   # bf16: the same kernels on the same masks, bit for bit
+    torch.testing.assert_close(got, ref[:, -(steps + 1):-1], atol=tol, rtol=tol)

@@ -26,6 +26,7 @@ import numpy as np
 
 from softtokens.report import uncertainty
 from softtokens.report.cells import (  # noqa: F401  (the claims read them from here too)
+    TRAINED,
     cell,
     entropy_rows,
     fmt,
@@ -48,9 +49,8 @@ from softtokens.report.choices import (
     SENTENCE_UNIT,
     Spec,
 )
-from softtokens.run.names import CONTINUOUS_MODES, MODES, settings_of
+from softtokens.run.names import CONTINUOUS_MODES, settings_of
 
-TRAINED = MODES
 CONTINUOUS = CONTINUOUS_MODES
 # the settings whose CoT is hard, and the others (soft or fuzzy CoTs), in the tables' order
 HARD_SETTINGS = settings_of(("hard",))
