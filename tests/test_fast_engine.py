@@ -379,7 +379,7 @@ def test_stop_automaton_is_the_text_rule():
     assert hits > 50
 
 
-@pytest.mark.parametrize("attention", ["matmul", "sdpa"])
+@pytest.mark.parametrize("attention", ["matmul", "sdpa", "flex"])
 def test_fast_step_has_no_host_work(tiny_model, toy_tokenizer, toy_rows, monkeypatch, attention):
     """The decode step traces as one graph (torch.compile fullgraph: any host sync, .item(),
     .tolist() or data-dependent Python branch would break it), which is what CUDA-graph capture needs.
@@ -390,12 +390,14 @@ def test_fast_step_has_no_host_work(tiny_model, toy_tokenizer, toy_rows, monkeyp
     for name in ("soft_sample", "hard_sample"):
         setting = INFERENCE_SETTINGS[name]
         ids, mask = eng.encode_prompts(_prompts(toy_rows["test"], 2))
-        run = DecodeRun(eng, setting, _sigma(setting), 8, 3, 1.0, slots=2, max_prompt=ids.shape[1], record_inputs=True)
-        run.admit([0, 1], ids, mask, [1, 2])
-        torch._dynamo.reset()
-        step = torch.compile(run._step, fullgraph=True, backend="eager")
-        for _ in range(3):
-            step()
+        with torch.no_grad():  # as generate decodes (FlexAttention has no CPU backward to trace)
+            run = DecodeRun(eng, setting, _sigma(setting), 8, 3, 1.0, slots=2, max_prompt=ids.shape[1],
+                            record_inputs=True)
+            run.admit([0, 1], ids, mask, [1, 2])
+            torch._dynamo.reset()
+            step = torch.compile(run._step, fullgraph=True, backend="eager")
+            for _ in range(3):
+                step()
         assert (run.state.step_count == 3).all()
 
 
@@ -466,17 +468,19 @@ def test_shared_prefix_decode_is_the_whole_rows_attention(toy_tokenizer, toy_row
 
 @torch.no_grad()
 @pytest.mark.parametrize("head", [LONG_HEAD, None])
-def test_gpu_decode_attention_equals_the_cpu_one(toy_tokenizer, toy_rows, head, monkeypatch):
+@pytest.mark.parametrize("gpu_attention", ["sdpa", "flex"])
+def test_gpu_decode_attention_equals_the_cpu_one(toy_tokenizer, toy_rows, head, gpu_attention, monkeypatch):
     """The GPU's decode step (fixed shapes, the fused attention kernel over each slot's whole row,
     shared-prefix columns read from the slot's own copy) against the CPU's (two matmuls and a
     float32 softmax, the prefix read once): the same logits to float32 rounding after the prefill
     and after every step, and the same tokens. Run here on the CPU's SDPA; a GPU runs the
-    memory-efficient kernel (gpu-check compares it with the eager step and HF generate)."""
+    memory-efficient kernel (gpu-check compares it with the eager step and HF generate). FlexAttention
+    (engine.flex_decode) the same, eager here: the lengths as a score_mod instead of the additive mask."""
     model = _peaked(toy_tokenizer)
     prompts = _prompts(toy_rows["test"], 4, head)
     setting = INFERENCE_SETTINGS["soft_greedy"]
     runs = []
-    for attention, fixed in (("sdpa", True), ("matmul", False)):
+    for attention, fixed in ((gpu_attention, True), ("matmul", False)):
         engine = _engine(model, toy_tokenizer, head, fixed_shapes=fixed)
         engine.attention = attention
         ids, mask = engine.encode_prompts(prompts)

@@ -54,6 +54,8 @@ def test_smoke_measures_what_the_issue_asks(smoke):
     for row in engine["settings"].values():
         assert row["ms_per_step"] > 0 and row["bound_ms_per_step"] > 0 and row["graph"] == "not on CUDA"
     assert engine["noise"]["energy_per_dim"] == pytest.approx(1.0, abs=0.25)
+    ab = engine["attention_ab"]  # the GPU attentions side by side (here the CPU's SDPA and eager FlexAttention)
+    assert ab["sdpa"]["ms_per_step"] > 0 and ab["flex"]["ms_per_step"] > 0 and ab["flex"]["token_agreement"] == 1.0
     evaluation = report["sections"]["evaluation"]
     assert set(evaluation["settings"]) == set(INFERENCE_SETTINGS) and evaluation["loglik"]["rows"] > 0
     modes = report["sections"]["training"]["modes"]

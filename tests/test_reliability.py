@@ -166,16 +166,16 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_state(
                                                                                  monkeypatch):
     cfg = TrainConfig.from_settings(SETTINGS)
     trainer = Trainer(cfg, str(base / "model"), toy_rows["train"], toy_rows["validation"], tmp_path / "_resume")
-    import softtokens.train.update as update
+    import softtokens.train.head_loss as head_loss
 
-    real = update.rloo_loss
+    real = head_loss.fused_replay_loss  # the update pass's loss (train.update passes the RLOO row weights)
     calls = {"n": 0}
 
     def poisoned(*args):
         calls["n"] += 1
-        loss = real(*args)
-        return loss * float("nan") if calls["n"] > 4 else loss  # 2 micro-batches a step: step 3 turns NaN
-    monkeypatch.setattr(update, "rloo_loss", poisoned)
+        loss, parts = real(*args)
+        return (loss * float("nan") if calls["n"] > 4 else loss), parts  # 2 micro-batches a step: step 3 turns NaN
+    monkeypatch.setattr(head_loss, "fused_replay_loss", poisoned)
     with pytest.raises(NonFiniteUpdate, match=r"step 3: the loss is not finite .* last good state .* \(step 2\)"):
         trainer.run()
     state = json.loads((tmp_path / "_resume" / "latest" / "trainer_state.json").read_text())

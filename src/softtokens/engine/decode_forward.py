@@ -27,12 +27,14 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from softtokens.engine import flex_decode
 from softtokens.engine.fused import EAGER, Elementwise
 
 FAMILIES = ("llama", "qwen2", "mistral")
 # how the decode step attends: "matmul", two batched matmuls with a float32 softmax (HF's eager
-# attention, bit for bit; the CPU path), or "sdpa", torch's fused attention kernel (the GPU path)
-ATTENTIONS = ("matmul", "sdpa")
+# attention, bit for bit; the CPU path), "sdpa", torch's fused attention kernel (the GPU path), or "flex",
+# FlexAttention's split-K decoding kernel (flex_decode.py; compiled on CUDA, chosen by gpu-check's A/B)
+ATTENTIONS = ("matmul", "sdpa", "flex")
 
 
 def default_attention(device: torch.device) -> str:
@@ -111,6 +113,8 @@ class DecodeForward:
             raise ValueError(f"attention {attention!r}: one of {', '.join(ATTENTIONS)}")
         self.attention = attention
         self.elementwise = elementwise
+        if attention == "flex":
+            self.flex = flex_decode.function(compiled=model.device.type == "cuda")
         decoder = model.get_decoder()
         cfg = model.config
         layers = list(decoder.layers)
@@ -136,7 +140,8 @@ class DecodeForward:
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
         n, D, H, Hk = x.shape[0], self.head_dim, self.heads, self.kv_heads
         cos, sin = self.cos[positions].unsqueeze(1), self.sin_signed[positions].unsqueeze(1)  # (N, 1, D)
-        mask = cache.decode_mask(x.dtype).view(n, 1, 1, -1)  # (N, 1, 1, W)
+        # (N, 1, 1, W) additive; flex reads the lengths themselves (cache.length_mask)
+        mask = None if self.attention == "flex" else cache.decode_mask(x.dtype).view(n, 1, 1, -1)
         write_at = cache.decode_index(Hk)
         P, G = cache.shared, H // Hk
         ew, layers = self.elementwise, self.weights
@@ -149,6 +154,8 @@ class DecodeForward:
             K, V = cache.write_decode(i, k.unsqueeze(2), v.unsqueeze(2), write_at)  # (N, Hk, W, D)
             if self.attention == "sdpa":
                 o = self._sdpa_attention(q.view(n, Hk, G, D), K, V, mask)
+            elif self.attention == "flex":
+                o = flex_decode.attend(self.flex, q.view(n, Hk, G, D), K, V, cache.length_mask(), self.scale)
             else:
                 o = self._torch_attention(q.view(n, Hk, G, D), K, V, mask, cache.shared_attention[i] if P else None)
             h, r = ew.add_rms_norm(h, F.linear(o, w.o, w.o_bias), w.norm2, w.eps2)

@@ -88,7 +88,7 @@ class DecodeRun:
 
     def _cache(self, slots: int, columns: int, shared: list[int]) -> SlotKVCache:
         """The per-slot KV cache, with the prefix every prompt starts with prefilled once (kvcache.py)."""
-        if self.engine.attention == "sdpa":  # the fused kernel wants its mask rows aligned to 16 bytes
+        if self.engine.attention in ("sdpa", "flex"):  # the fused kernels want rows aligned to 16 bytes
             columns = -(-columns // 16) * 16
         cache = SlotKVCache(slots, columns, self.dev)
         if shared:

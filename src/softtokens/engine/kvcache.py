@@ -123,6 +123,14 @@ class SlotKVCache:
         raise RuntimeError("SlotKVCache rows have different lengths: pass position_ids explicitly")
 
     # ---------------------------------------------------------------- masks
+    def length_mask(self):
+        """The decode mask as FlexAttention's score_mod over ``lengths`` (engine.flex_decode), made once."""
+        if getattr(self, "_length_mask", None) is None:
+            from softtokens.engine.flex_decode import length_mask
+
+            self._length_mask = length_mask(self.lengths)
+        return self._length_mask
+
     def decode_mask(self, dtype: torch.dtype) -> torch.Tensor:
         """(slots, 1, 1, window) additive mask: a row sees its own columns 0..length (the new token
         is written at column ``length``)."""

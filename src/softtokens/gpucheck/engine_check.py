@@ -69,6 +69,9 @@ def check_engine(report: Report, model, tok, shape: CheckShape, sigma: float, de
     if engine.fusion_status.startswith("fused"):
         out["fusion"] = _fusion_gain(report, engine, prompts, seeds, sigma, shape, dev)
         report.write()
+    out["attention_ab"] = _attention_ab(report, engine, prompts, seeds, sigma, shape, dev,
+                                        out["settings"]["soft_sample"]["bound_ms_per_step"])
+    report.write()
     _greedy_equals_hf(report, model, tok, rows, dev)
     short = min(cot, 32)
     if dev.type == "cuda":  # the captured step against the same step run eagerly, bit for bit
@@ -140,6 +143,46 @@ def _fusion_gain(report: Report, engine: CotEngine, prompts, seeds, sigma: float
     report.check(sec, "fused elementwise decode step no slower than the eager one", ms["fused"] <= ms["eager"],
                  out["fused_over_eager"], "<= 1.0 (ms per step, fused / eager)")
     print(f"[gpu-check] engine fusion: {out}", flush=True)
+    return out
+
+
+def _attention_ab(report: Report, engine: CotEngine, prompts, seeds, sigma: float, shape: CheckShape, dev,
+                  bound_ms: float) -> dict:
+    """The soft decode step of a training step's rows at the runs' CoT length with each GPU attention
+    (decode_forward.ATTENTIONS: the memory-efficient SDPA kernel, FlexAttention's split-K decoding kernel):
+    ms per step, its ratio to the bandwidth bound, and the share of CoT tokens each agrees with SDPA on
+    before their first difference. What decides the engine's default attention on CUDA (engine.flex_decode)."""
+    sec, setting = "engine", INFERENCE_SETTINGS["soft_sample"]
+    cot, answer = shape.rl["cot_max_tokens"], 2
+    steps = cot + engine.max_prefill + answer
+    default, out, ids = engine.attention, {"setting": "soft_sample", "rows": len(prompts), "cot": cot}, {}
+    try:
+        for attention in ("sdpa", "flex"):
+            engine.attention = attention
+            result = []
+            try:
+                engine.generate(prompts, setting, sigma, seeds, min(8, cot), 2)  # warm-up: compile, capture
+                # one full-length rollout each (the A/B's cost in a gpu-check of 10 minutes), its tokens kept
+                seconds = timed(lambda: result.append(engine.generate(prompts, setting, sigma, seeds, cot, answer)),
+                                dev)
+            except Exception as err:  # a kernel that does not compile or capture here
+                out[attention] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
+                continue
+            ms = 1e3 * seconds / steps
+            out[attention] = {"ms_per_step": round(ms, 3), "ratio_to_bound": round(ms / bound_ms, 2),
+                              "graph": engine.graph_status}
+            ids[attention] = result[0].step_ids[:, :cot]
+    finally:
+        engine.attention = default
+    if "flex" in ids and "sdpa" in ids:
+        agree = (ids["flex"] == ids["sdpa"]).float().cumprod(-1).sum(-1)
+        out["flex"]["token_agreement"] = round(float(agree.sum() / agree.numel() / cot), 4)
+        ratio = out["flex"]["ratio_to_bound"]
+        report.check(sec, "soft decode step with FlexAttention's split-K kernel within 1.6x its bound",
+                     ratio <= 1.6 if dev.type == "cuda" else None, ratio, "<= 1.6 (ms per step / bandwidth bound)")
+    else:
+        report.check(sec, "FlexAttention decode ran", False, out.get("flex", {}).get("error", "not run"))
+    print(f"[gpu-check] engine attention A/B: {out}", flush=True)
     return out
 
 

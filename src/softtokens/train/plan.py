@@ -13,7 +13,8 @@ What a training job holds on each of its P processes (softtokens.sharding):
   weights and gradients of the root (E, head, final norm) and of two decoder layers (FSDP prefetches
   one), the activations a layer saves for its backward (all layers, or with activation checkpointing
   only each layer's input plus one layer recomputed), and the float32 logits of one chunk of
-  rloo.logit_chunk_steps steps;
+  rloo.logit_chunk_steps steps, and the head's (and an untied E's) weight gradient summed in float32 over
+  them (train.head_loss);
 - at the optimizer step: the gradients and what the AdamW implementation allocates besides its
   state: the default multi-tensor (foreach) kernels a full-size float32 temporary of the sharded
   parameters (12.85 GB for a 3.2B model, measured on an H100), the fused kernels nothing of that size
@@ -125,12 +126,15 @@ def train_memory(arch: Architecture, job: TrainJob, first_step: bool = False) ->
     # the gathered root and two layers in the compute dtype (and their gradients), float32 copies of W (and of
     # an untied E for the mixture) with their gradients where the head makes them
     m["gathered weights"] = 2 * (a.root_params + 2 * a.layer_params) * c + 2 * 4 * vd * copies
+    # the fused head's weight gradients (train.head_loss), summed in float32 over a micro-batch's chunks: W's,
+    # and an untied E's under soft / fuzzy tokens; held from the head's forward to the start of its backward
+    m["head gradients"] = 4 * vd * (1 + (job.continuous and not a.tied))
     m["optimizer temporaries"] = OPTIMIZER_TEMPORARIES[job.optimizer] * shard
     state = 0 if first_step else m["optimizer state"]
     m["held"] = m["master weights"] + state + m["rollout weights"]
     m["rollout"] = m["held"] + m["kv cache"] + m["decode transients"] + m["soft inputs"]
     m["backward"] = (m["held"] + m["gradients"] + m["soft inputs"] + m["activations"] + m["logits"]
-                     + m["gathered weights"])
+                     + m["gathered weights"] + m["head gradients"])
     # the step: AdamW's state (allocated by it at the first step) and its temporaries beside the gradients
     m["optimizer step"] = m["held"] + m["gradients"] + m["soft inputs"] + m["optimizer temporaries"] \
         + (m["optimizer state"] if first_step else 0)

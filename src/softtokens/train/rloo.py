@@ -95,6 +95,9 @@ class Replay(NamedTuple):
     cot: torch.Tensor           # (N,) CoT log-prob, with gradients
     answer: torch.Tensor        # (N,) answer log-prob, with gradients
     stats: torch.Tensor         # (len(REPLAY_STATS),) the diagnostics, without gradients
+    # with row_weights: sum_r w_r (cot_r + answer_r), whose gradients were made in the forward (cot and answer
+    # then carry none; train.head_loss)
+    loss: torch.Tensor | None = None
 
     def __getattr__(self, name: str):
         if name in REPLAY_STATS:
@@ -104,7 +107,8 @@ class Replay(NamedTuple):
 
 
 def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
-                      vocab_rows: int | None = None, gaussian_scale: float = 1.0, logit_tolerance: float = 0.0) -> Replay:
+                      vocab_rows: int | None = None, gaussian_scale: float = 1.0, logit_tolerance: float = 0.0,
+                      row_weights: torch.Tensor | None = None) -> Replay:
     """Per-row (CoT log-prob, answer log-prob) of a recorded rollout, with gradients.
 
     One teacher-forced forward over [prompt | recorded step inputs]: hard and prefill/answer
@@ -118,6 +122,11 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     mismatch when the replay's logit of the rollout's argmax token is more than ``logit_tolerance``
     below the replay's top logit: bf16 forwards flip near ties (docs/gpu.md), a broken replay puts
     the rollout's token nats below.
+
+    With ``row_weights`` (N,) w, the Replay also holds the loss sum_r w_r (cot_r + answer_r) (w = -A / BG:
+    the RLOO loss, rloo_loss), and the head's part of its gradient is made in the forward, chunk by chunk,
+    with the head's and mixture's weight gradients summed once in float32 (train.head_loss): no second head
+    pass in the backward; cot and answer are then values without gradients.
 
     Every weight is read inside this call, so it can run as the forward of a sharded (FSDP)
     module whose parameters are gathered for exactly that forward."""
@@ -143,7 +152,7 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
     # fits one chunk keeps it for the backward instead: the same peak, no recomputation.
     chunk = logit_chunk_steps(n)
     recompute = torch.is_grad_enabled() and steps > chunk
-    parts = []
+    chunks = []
     for lo in range(0, steps, chunk):
         hi = min(lo + chunk, steps)
         args = (h[:, lo:hi], W32, E32, rollout.step_ids[:, lo:hi], is_cot[:, lo:hi], is_answer[:, lo:hi],
@@ -154,10 +163,16 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
         kw = dict(setting=setting, sigma=sigma, answer_temperature=answer_temperature, gaussian_scale=gaussian_scale,
                   placement=rollout.placement if continuous else None, first_step=lo, logit_tolerance=logit_tolerance,
                   fused=head.fused)
-        if recompute:
-            parts.append(checkpoint(_chunk_terms, *args, use_reentrant=False, **kw))
-        else:
-            parts.append(_chunk_terms(*args, **kw))
+        chunks.append((lo, hi, args, kw))
+    loss = None
+    if row_weights is not None:  # the loss with its gradients made chunk by chunk (train.head_loss)
+        from softtokens.train.head_loss import fused_replay_loss
+
+        loss, parts = fused_replay_loss(h, W32, E32, row_weights, chunks, logit_terms)
+    elif recompute:
+        parts = [checkpoint(_chunk_terms, *args, use_reentrant=False, **kw) for _, _, args, kw in chunks]
+    else:
+        parts = [_chunk_terms(*args, **kw) for _, _, args, kw in chunks]
     cot_lp = sum(p[0] for p in parts)
     answer_lp = sum(p[1] for p in parts)
     embedding_noise = continuous and rollout.placement.where == "embedding"
@@ -176,7 +191,7 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
              "argmax_flips": total(6, checked), "h0_gap_steps": total(8, embedding_noise),
              "h0_gap_flipped_sum": total(9) * per_dim, "jacobian_max": peak(5, embedding_noise),
              "flip_gap_max": peak(7, checked)}
-    return Replay(cot_lp, answer_lp, torch.stack([stats[k] for k in REPLAY_STATS]))
+    return Replay(cot_lp, answer_lp, torch.stack([stats[k] for k in REPLAY_STATS]), loss)
 
 
 def step_hidden(model, rollout) -> torch.Tensor:
@@ -253,10 +268,23 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, to
     it is the replay's; at a flip h0 moves to another token's embedding (a fuzzy flip: ~2 / gamma^2 =
     18 per dimension and sigma^2), which is bf16 meeting a near tie, counted by the flips, not a sign
     of a broken replay."""
-    from softtokens.engine.settings import CONTINUOUS_MODES
-    from softtokens.model.head import head_logits, head_mixture
+    from softtokens.model.head import head_logits
 
     logits = head_logits(h, W32, fused)  # float32 (model.head.ReplayHead)
+    return logit_terms(logits, h, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, topk_ids, row_keys,
+                       setting=setting, sigma=sigma, answer_temperature=answer_temperature,
+                       gaussian_scale=gaussian_scale, placement=placement, first_step=first_step,
+                       logit_tolerance=logit_tolerance, fused=fused)[:10]
+
+
+def logit_terms(logits, h, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, topk_ids, row_keys, *, setting, sigma,
+                answer_temperature, gaussian_scale, placement, first_step, logit_tolerance=0.0, fused=False):
+    """_chunk_terms from a chunk's float32 logits, and last the mixture's (probabilities, h0) (None but under
+    embedding noise): what train.head_loss differentiates by the logits and h0 in its forward."""
+    from softtokens.engine.settings import CONTINUOUS_MODES
+    from softtokens.model.head import head_mixture
+
+    mixture = None
     mismatches = flips = gap_max = logits.new_zeros(())
     flipped = torch.zeros_like(is_cot)
     if argmax_ids is not None:
@@ -278,6 +306,7 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, to
     elif setting.mode in CONTINUOUS_MODES:
         probs = torch.softmax(_float(logits) / setting.temperature, dim=-1)
         h0 = head_mixture(probs, E32, fused)  # the replay's h0 = softmax(logits / tau) @ E
+        mixture = (probs, h0)
         eps = rollout_noise(row_keys, first_step, h.shape[1], h0.shape[-1], h0.dtype)
         cot_terms = gaussian_scale * embedding_gaussian_term(noisy, h0, eps, sigma)
         # the replay check: the rollout's h0 (what it fed, less its noise) against the replay's
@@ -294,4 +323,4 @@ def _chunk_terms(h, W32, E32, step_ids, is_cot, is_answer, noisy, argmax_ids, to
     else:
         cot_terms = token_log_prob(logits, step_ids, setting.temperature)
     cot_lp = torch.where(is_cot, cot_terms, 0.0).sum(-1)
-    return cot_lp, answer_lp, gap_sum, mismatches, ties, jacobian_max, flips, gap_max, agree.sum(), gap_flipped
+    return cot_lp, answer_lp, gap_sum, mismatches, ties, jacobian_max, flips, gap_max, agree.sum(), gap_flipped, mixture

@@ -36,9 +36,9 @@ class ReplayPolicy(torch.nn.Module):
         self.lm = lm
 
     def forward(self, rollout, sigma: float, answer_temperature: float, vocab_rows: int,
-                gaussian_scale: float, logit_tolerance: float = 0.0) -> Replay:
+                gaussian_scale: float, logit_tolerance: float = 0.0, row_weights: torch.Tensor | None = None) -> Replay:
         return rollout_log_probs(self.lm, rollout, sigma, answer_temperature, vocab_rows, gaussian_scale,
-                                 logit_tolerance)
+                                 logit_tolerance, row_weights)
 
 
 def decoder_layers(lm) -> list[torch.nn.Module]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from softtokens.train.rloo import REPLAY_MAXIMA, REPLAY_STATS, rloo_loss
+from softtokens.train.rloo import REPLAY_MAXIMA, REPLAY_STATS
 
 
 class ReplayMismatch(RuntimeError):
@@ -74,16 +74,18 @@ class DeviceSums:
 
 def accumulate_gradients(policy, rollout, adv: torch.Tensor, rows: int, cfg, sigma: float, vocab_rows: int,
                          gaussian_scale: float) -> DeviceSums:
-    """The RLOO loss of this process's rows into the gradients, divided by the global row count
-    ``rows``; FSDP reduce-scatters in float32 into the float32 gradient shards. The sums stay on the
+    """The RLOO loss of this process's rows (rloo.rloo_loss: -(1/rows) sum_r A_r (cot_r + answer_r)) into the
+    gradients, divided by the global row count ``rows``; FSDP reduce-scatters in float32 into the float32 gradient shards. The sums stay on the
     device (``.over(dp)`` reads them once)."""
     policy.train()
     sums = DeviceSums()
     for start in range(0, len(adv), cfg.micro_batch_size):
         idx = slice(start, min(len(adv), start + cfg.micro_batch_size))
+        # the RLOO loss's weights go into the forward: the head's gradients are made there (train.head_loss)
+        weights = -adv[idx].detach() / rows
         replay = policy(rollout.rows(idx), sigma, cfg.answer_temperature, vocab_rows, gaussian_scale,
-                        cfg.replay_logit_tolerance)
-        loss = rloo_loss(replay.cot + replay.answer, adv[idx], rows)
+                        cfg.replay_logit_tolerance, weights)
+        loss = replay.loss
         loss.backward()
         sums.add(loss, replay)
     return sums

@@ -1,0 +1,137 @@
+"""The update pass's fused head (train.head_loss): the RLOO loss with the head's gradients made in the
+forward, chunk by chunk, against the plain path (rloo_loss of the per-row log-probs, a checkpointed
+head per chunk, autograd's backward): the same values and diagnostics, the same gradients of every
+parameter, in every training mode and noise placement, one chunk or several, float32, float64 and bf16
+with CUDA's fused GEMM emulated."""
+
+import pytest
+import torch
+
+import softtokens.train.rloo as rloo
+from conftest import make_tiny_model
+from softtokens.data.prompt import format_prompt
+from softtokens.engine.cot import CotEngine
+from softtokens.engine.settings import INFERENCE_SETTINGS, Placement
+from softtokens.train.rloo import rloo_loss, rollout_log_probs
+
+CASES = [("hard_sample", Placement()), ("soft_sample", Placement()), ("fuzzy_sample", Placement()),
+         ("soft_sample", Placement("hidden")), ("fuzzy_sample", Placement("logits")),
+         ("soft_sample", Placement("logits", 5))]
+
+
+def _rollout(model, tokenizer, rows, name, placement, sigma=0.05, n=4, cot=10):
+    setting = INFERENCE_SETTINGS[name]
+    prompts = [format_prompt(r["question"]) for r in rows["test"][:n]]
+    return CotEngine(model, tokenizer).generate(prompts, setting, sigma if setting.noise_factor else 0.0,
+                                                list(range(n)), cot, 3, answer_temperature=1.0, placement=placement)
+
+
+def _both_paths(model, rollout, vocab, adv, sigma=0.05, gaussian_scale=1.0):
+    """(loss, replay, gradients) of the plain path and of the fused one."""
+    out = {}
+    for fused in (False, True):
+        model.zero_grad()
+        if fused:
+            replay = rollout_log_probs(model, rollout, sigma, 1.0, vocab, gaussian_scale, 1.0,
+                                       row_weights=-adv / len(adv))
+            loss = replay.loss
+        else:
+            replay = rollout_log_probs(model, rollout, sigma, 1.0, vocab, gaussian_scale, 1.0)
+            loss = rloo_loss(replay.cot + replay.answer, adv, len(adv))
+        loss.backward()
+        grads = {n: p.grad.double().clone() for n, p in model.named_parameters() if p.grad is not None}
+        out[fused] = (loss.detach().double(), replay, grads)
+    return out[False], out[True]
+
+
+def _assert_same(plain, fused, rtol, atol_share):
+    (loss0, rep0, g0), (loss1, rep1, g1) = plain, fused
+    torch.testing.assert_close(loss1, loss0, rtol=rtol, atol=rtol * float(loss0.abs()) + 1e-12)
+    torch.testing.assert_close(rep1.cot.detach().double(), rep0.cot.detach().double(), rtol=rtol, atol=rtol)
+    torch.testing.assert_close(rep1.answer.detach().double(), rep0.answer.detach().double(), rtol=rtol, atol=rtol)
+    torch.testing.assert_close(rep1.stats, rep0.stats, rtol=rtol, atol=rtol)
+    assert not rep1.cot.requires_grad and rep0.cot.requires_grad
+    assert set(g1) == set(g0) and g0
+    for name in g0:
+        scale = float(g0[name].abs().max()) + 1e-30
+        torch.testing.assert_close(g1[name], g0[name], rtol=0, atol=atol_share * scale, msg=name)
+
+
+@pytest.mark.parametrize("name,placement", CASES, ids=[f"{n}-{p.where}{p.top_k or ''}" for n, p in CASES])
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_fused_head_loss_equals_the_plain_path(name, placement, chunk, toy_tokenizer, toy_rows, monkeypatch):
+    """float32 on the CPU: the loss, per-row log-probs and diagnostics to 1e-5, every parameter's gradient to
+    1e-5 of its largest entry; with chunk=3 a rollout of ~16 steps spans six chunks (the plain path then
+    recomputes each in its backward, the fused one sums their weight gradients in one matrix)."""
+    if chunk:
+        monkeypatch.setattr(rloo, "logit_chunk_steps", lambda rows: chunk)
+    model = make_tiny_model(toy_tokenizer, seed=5)
+    rollout = _rollout(model, toy_tokenizer, toy_rows, name, placement)
+    adv = torch.tensor([1.0, -0.5, 0.25, -0.75])
+    plain, fused = _both_paths(model, rollout, len(toy_tokenizer), adv)
+    _assert_same(plain, fused, rtol=1e-5, atol_share=1e-5)
+
+
+@pytest.mark.parametrize("name", ["soft_sample", "fuzzy_sample", "hard_sample"])
+def test_fused_head_loss_in_float64_to_rounding(name, toy_tokenizer, toy_rows, monkeypatch):
+    """float64 (the gradient checks' dtype): equal to 1e-10, several chunks, a 1/d Gaussian scale."""
+    monkeypatch.setattr(rloo, "logit_chunk_steps", lambda rows: 4)
+    model = make_tiny_model(toy_tokenizer, dtype=torch.float64, seed=3)
+    rollout = _rollout(model, toy_tokenizer, toy_rows, name, Placement(), sigma=0.1)
+    adv = torch.tensor([0.5, -1.0, 1.5, -1.0], dtype=torch.float64)
+    plain, fused = _both_paths(model, rollout, len(toy_tokenizer), adv, sigma=0.1, gaussian_scale=1 / 32)
+    _assert_same(plain, fused, rtol=1e-10, atol_share=1e-10)
+
+
+@pytest.mark.parametrize("name", ["soft_sample", "fuzzy_sample", "hard_sample"])
+def test_fused_head_loss_with_bf16_gemms(name, toy_tokenizer, toy_rows, monkeypatch):
+    """bf16 weights with CUDA's bf16 -> float32 GEMM emulated (the paper's path): the fused loss against the
+    plain path through WideMatmul. Values to 1e-4; gradients to 2 % of each tensor's largest entry, the
+    plain path's own distance from float32 copies (tests/test_gpu_check.py): the plain path rounds each
+    chunk's weight gradient to bf16 before summing, the fused one sums in float32 and rounds once."""
+    from test_gpu_check import _cuda_mm
+
+    monkeypatch.setattr(rloo, "logit_chunk_steps", lambda rows: 4)
+    model = make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=4)
+    rollout = _rollout(model, toy_tokenizer, toy_rows, name, Placement())
+    _cuda_mm(monkeypatch)
+    from softtokens.model.head import ReplayHead
+
+    assert ReplayHead(model, len(toy_tokenizer)).fused
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    plain, fused = _both_paths(model, rollout, len(toy_tokenizer), adv)
+    _assert_same(plain, fused, rtol=1e-4, atol_share=2e-2)
+    for _, _, grads in (plain, fused):
+        assert all(torch.isfinite(g).all() for g in grads.values())
+
+
+def test_fused_head_loss_scales_with_the_incoming_gradient(toy_tokenizer, toy_rows):
+    """The gradient made in the forward is multiplied by the one the backward receives: 3 x loss gives
+    3 x the gradients (a loss scaler or a sum of losses stays right)."""
+    model = make_tiny_model(toy_tokenizer, seed=5)
+    rollout = _rollout(model, toy_tokenizer, toy_rows, "soft_sample", Placement())
+    w = -torch.tensor([1.0, -0.5, 0.25, -0.75]) / 4
+    grads = []
+    for factor in (1.0, 3.0):
+        model.zero_grad()
+        (factor * rollout_log_probs(model, rollout, 0.05, 1.0, len(toy_tokenizer), row_weights=w).loss).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    for name in grads[0]:
+        scale = float(grads[0][name].abs().max())
+        torch.testing.assert_close(grads[1][name], 3 * grads[0][name], rtol=0, atol=1e-5 * scale)  # float32 sums in another order
+
+
+@pytest.mark.parametrize("name", ["soft_sample", "hard_sample"])
+def test_fused_head_loss_with_an_untied_head(name, toy_tokenizer, toy_rows, monkeypatch):
+    """W and E apart (Llama-3.1-8B): the head's gradient goes to W, the mixture's to E, each summed in its
+    own matrix; equal to the plain path's, over several chunks."""
+    monkeypatch.setattr(rloo, "logit_chunk_steps", lambda rows: 4)
+    model = make_tiny_model(toy_tokenizer, seed=7)
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone() * 1.5)
+    assert model.lm_head.weight.data_ptr() != model.get_input_embeddings().weight.data_ptr()
+    rollout = _rollout(model, toy_tokenizer, toy_rows, name, Placement())
+    adv = torch.tensor([1.0, -0.5, 0.25, -0.75])
+    plain, fused = _both_paths(model, rollout, len(toy_tokenizer), adv)
+    assert "lm_head.weight" in fused[2] and "model.embed_tokens.weight" in fused[2]
+    _assert_same(plain, fused, rtol=1e-5, atol_share=1e-5)
