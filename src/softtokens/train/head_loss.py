@@ -57,8 +57,7 @@ class FusedReplayLoss(torch.autograd.Function):
         need_mix = need_w if mix_on_w else need_e
         grad_h = torch.zeros(h.shape, dtype=wide, device=h.device) if need_h else None
         grad_w = torch.zeros(W.shape, dtype=wide, device=W.device) if need_w else None
-        grad_e = torch.zeros(E.shape, dtype=wide, device=E.device) if E is not None and need_e else None
-        grad_mix = grad_w if mix_on_w else grad_e
+        grad_e = None  # made at the first mixture (a placement other than the embedding's has none)
         loss = torch.zeros((), dtype=wide, device=h.device)
         w_const, mix_const = W.detach(), None if mix is None else mix.detach()
         for lo, hi, args, kw in chunks:
@@ -85,10 +84,12 @@ class FusedReplayLoss(torch.autograd.Function):
                 grad_h[:, lo:hi] += g if g_hidden is None else g + g_hidden.to(wide)
             if need_w:
                 grad_w += _matmul(flat_z.T, flat_h, W.dtype, fused)
-            if mixture is not None and grad_mix is not None and grads[2] is not None:
-                probs = mixture[0].detach()
-                grad_mix += _matmul(probs.reshape(-1, probs.shape[-1]).T, grads[2].reshape(-1, grads[2].shape[-1]),
-                                    mix.dtype, fused)
+            if mixture is not None and need_mix and grads[2] is not None:
+                if not mix_on_w and grad_e is None:
+                    grad_e = torch.zeros(E.shape, dtype=wide, device=E.device)
+                probs, g_h0 = mixture[0].detach(), grads[2]
+                (grad_w if mix_on_w else grad_e).add_(_matmul(probs.reshape(-1, probs.shape[-1]).T,
+                                                              g_h0.reshape(-1, g_h0.shape[-1]), mix.dtype, fused))
         ctx.grads = (grad_h, grad_w, grad_e)
         ctx.dtypes = (h.dtype, W.dtype, None if E is None else E.dtype)
         return loss
