@@ -69,7 +69,8 @@ def main() -> None:
     a = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    model = build_toy_model(a.vocab, a.hidden, 2, 4, 3 * a.hidden, 0, 1, 2, seed=0).to(dev, dtype)
+    heads = max(1, a.hidden // 128)  # head_dim 128, as Llama-3.2-3B
+    model = build_toy_model(a.vocab, a.hidden, 2, heads, 3 * a.hidden, 0, 1, 2, seed=0).to(dev, dtype)
     rloo.logit_chunk_steps = lambda rows: 64  # several chunks, as the paper's micro-batches of 16 rows have
     out = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "dtype": str(dtype),
            "vocab": a.vocab, "hidden": a.hidden, "rows": a.rows, "steps": a.steps, "chunk_steps": 64, "modes": {}}
