@@ -135,3 +135,42 @@ def test_fused_head_loss_with_an_untied_head(name, toy_tokenizer, toy_rows, monk
     plain, fused = _both_paths(model, rollout, len(toy_tokenizer), adv)
     assert "lm_head.weight" in fused[2] and "model.embed_tokens.weight" in fused[2]
     _assert_same(plain, fused, rtol=1e-5, atol_share=1e-5)
+
+
+@pytest.mark.parametrize("name", ["soft_sample", "hard_sample"])
+def test_fused_head_loss_under_fsdp_in_bf16(name, toy_tokenizer, toy_rows, monkeypatch):
+    """The paper grid's update: the policy sharded by FSDP2 (float32 master, bf16 compute, train.sharding) and
+    the custom function inside its root's forward. The float32 gradient shards FSDP accumulates from the fused
+    loss equal those from the checkpointed path to 2 % of each tensor's largest entry (bf16 compute: the two
+    paths round the head's weight gradient in different places), and the loss to 1e-4."""
+    from softtokens.train.distributed import DataParallel
+    from softtokens.train.sharding import shard_policy
+
+    monkeypatch.setattr(rloo, "logit_chunk_steps", lambda rows: 4)
+    rollout = _rollout(make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=8), toy_tokenizer, toy_rows, name,
+                       Placement())
+    adv = torch.tensor([1.0, -0.5, 0.25, -0.75])
+    dp = DataParallel()
+    try:
+        policy = shard_policy(make_tiny_model(toy_tokenizer, seed=8), dp.mesh, "bfloat16", "float32", False)
+        out = {}
+        for fused in (False, True):
+            policy.zero_grad()
+            if fused:
+                replay = policy(rollout, 0.05, 1.0, len(toy_tokenizer), 1.0, 1.0, -adv / len(adv))
+                loss = replay.loss
+            else:
+                replay = policy(rollout, 0.05, 1.0, len(toy_tokenizer), 1.0, 1.0)
+                loss = rloo_loss(replay.cot + replay.answer, adv, len(adv))
+            loss.backward()
+            out[fused] = (float(loss), {n: p.grad.full_tensor().clone() for n, p in policy.named_parameters()
+                                        if p.grad is not None})
+    finally:
+        dp.close()
+    (loss0, g0), (loss1, g1) = out[False], out[True]
+    assert loss1 == pytest.approx(loss0, rel=1e-4, abs=1e-6)
+    assert set(g1) == set(g0) and any("embed_tokens" in n for n in g0)
+    for n in g0:
+        assert g0[n].dtype == torch.float32
+        scale = float(g0[n].abs().max()) + 1e-30
+        torch.testing.assert_close(g1[n], g0[n], rtol=0, atol=2e-2 * scale, msg=n)
