@@ -38,6 +38,7 @@ class SlotKVCache:
         # values (heads, P, dim), views made once per call, not at every step
         self.shared_attention: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._sharing = False
+        self._length_mask = None  # FlexAttention's score_mod over ``lengths`` (length_mask), made once
 
     def buffers(self, layer: int, heads: int, dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """A layer's (slots, heads, max_len, dim) keys and values, made (zeroed) on first use."""
@@ -125,7 +126,7 @@ class SlotKVCache:
     # ---------------------------------------------------------------- masks
     def length_mask(self):
         """The decode mask as FlexAttention's score_mod over ``lengths`` (engine.flex_decode), made once."""
-        if getattr(self, "_length_mask", None) is None:
+        if self._length_mask is None:
             from softtokens.engine.flex_decode import length_mask
 
             self._length_mask = length_mask(self.lengths)

@@ -74,9 +74,9 @@ class DeviceSums:
 
 def accumulate_gradients(policy, rollout, adv: torch.Tensor, rows: int, cfg, sigma: float, vocab_rows: int,
                          gaussian_scale: float) -> DeviceSums:
-    """The RLOO loss of this process's rows (rloo.rloo_loss: -(1/rows) sum_r A_r (cot_r + answer_r)) into the
-    gradients, divided by the global row count ``rows``; FSDP reduce-scatters in float32 into the float32 gradient shards. The sums stay on the
-    device (``.over(dp)`` reads them once)."""
+    """The RLOO loss of this process's rows, -(1/rows) sum_r A_r (cot_r + answer_r) with ``rows`` the global
+    row count (rloo.rloo_loss), into the gradients; FSDP reduce-scatters in float32 into the float32 gradient
+    shards. The sums stay on the device (``.over(dp)`` reads them once)."""
     policy.train()
     sums = DeviceSums()
     for start in range(0, len(adv), cfg.micro_batch_size):
