@@ -16,7 +16,7 @@ from softtokens.report.ablations import (
     paper_rows,
     write_ablations,
 )
-from softtokens.report.results import load_eval_frame
+from softtokens.cells.results import load_eval_frame
 from softtokens.run import config as run_config
 from softtokens.run import paths
 from softtokens.run.config import ConfigError, cell_rl
@@ -196,10 +196,11 @@ def test_write_ablations_makes_tables_cells_and_figures(tmp_path):
 def test_variant_cells_meet_the_papers_ablation_tables_in_the_reproduction_report(tmp_path):
     """Evaluation files of an ablation run become cells with their variant key, and meet the
     paper's tab:scale row for that variant (not its main row)."""
-    from softtokens.report import reproduction
-    from softtokens.report.paper import load_paper_results
+    from softtokens.cells import ours as our_cells
+    from softtokens.verdict import reproduction
+    from softtokens.cells.paper import load_paper_results
 
-    ours = reproduction.aggregate(reproduction.seed_rows(fixture(tmp_path)))
+    ours = our_cells.aggregate(our_cells.seed_rows(fixture(tmp_path)))
     cmp = reproduction.compare(load_paper_results(), ours)
     row = cmp[(cmp.table == "tab:scale") & (cmp.variant == "gamma1.0") & (cmp.setting == "hard_greedy")
               & (cmp.metric == "pass@1")].iloc[0]

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from softtokens.report import choices, claims, judging, uncertainty
-from softtokens.report.choices import DEFAULT
-from softtokens.report.paper import load_paper_results
-from softtokens.report.reproduction import paper_cells
+from softtokens.verdict import choices, claims, judging, uncertainty
+from softtokens.verdict.choices import DEFAULT
+from softtokens.cells.paper import load_paper_results
+from softtokens.verdict.reproduction import paper_cells
 
 
 def cell(model, ds, mode, bench, setting, metric, mean, std=0.0, n=3, sampling_var=0.0, values=None, seeds=None,
@@ -355,7 +355,7 @@ def test_the_papers_plus_minus_is_a_population_std():
     """ARC-Challenge's accuracies (two decimals, 1,165 questions): all 15 trained cells admit three
     seed counts k/1165 with the printed mean and population std, only 9 a sample std; so the paper's
     cells are read with ddof 0, whose seed variance of a mean is std^2/(n-1)."""
-    from softtokens.report.paper import admits_seeds, admitted_ddof
+    from softtokens.cells.paper import admits_seeds, admitted_ddof
 
     paper = load_paper_results()
     assert admitted_ddof(paper, "arc", "accuracy", 1165, 0) == (15, 15)
@@ -406,7 +406,7 @@ def test_a_margin_is_the_users_to_change():
 
 
 def test_the_paper_cells_take_table_1_where_tables_disagree():
-    from softtokens.report.reproduction import paper_conflicts
+    from softtokens.verdict.reproduction import paper_conflicts
 
     paper = load_paper_results()
     conflicts = paper_conflicts(paper)
@@ -448,7 +448,7 @@ EXCERPT = Path(__file__).parent / "fixtures" / "paper_quotes.json"
 
 def _paper_tex() -> Path:
     """The paper's source: $SOFTTOKENS_PAPER_TEX, else ../shared/paper beside the repository."""
-    from softtokens.report.quotes import paper_tex
+    from softtokens.verdict.quotes import paper_tex
 
     return paper_tex()
 
@@ -468,7 +468,7 @@ def test_the_excerpt_is_the_papers_source():
     """The quoted lines ship as a fixture (the paper is not part of a clone); beside the paper's
     source they must be its lines. `softtokens quotes --tex PATH --write` rewrites the fixture from a
     source a user gives."""
-    from softtokens.report.quotes import excerpt
+    from softtokens.verdict.quotes import excerpt
 
     tex = _paper_tex()
     if tex is None:

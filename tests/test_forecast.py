@@ -1,4 +1,4 @@
-"""The cost forecast of `softtokens plan` (report.forecast): its arithmetic on a grid computed by
+"""The cost forecast of `softtokens plan` (cost.forecast): its arithmetic on a grid computed by
 hand, its default rates against the gpu-check file they come from, and forecast beside actual."""
 
 import copy
@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from softtokens import cli
-from softtokens.report import forecast
-from softtokens.report.forecast import Throughput
-from softtokens.report.throughput import DecodeCurve
+from softtokens.cost import forecast
+from softtokens.cost.forecast import Throughput
+from softtokens.rates.throughput import DecodeCurve
 from softtokens.run import names
 from softtokens.run.jobs import GridJobs
 from softtokens.train.plan import grid_architecture
@@ -194,9 +194,10 @@ def test_plan_and_the_ledger_count_the_same_cells_per_table(tmp_path):
     report's ledger counts them (from the evaluation files): the toy main table is 4 rows (base and
     three trainings) x (greedy pass@1, sample pass@1, sample pass@4) = 12 in both (with the registry's
     hard settings: a setting added there adds its columns)."""
-    from softtokens.report import ledger, reproduction
+    from softtokens.cells import ours as our_cells
+    from softtokens.cost import ledger
     from softtokens.report.page import our_tables
-    from softtokens.report.paper import CELL_KEYS
+    from softtokens.cells.paper import CELL_KEYS
     from softtokens.run.jobs import GridJobs
 
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -213,7 +214,7 @@ def test_plan_and_the_ledger_count_the_same_cells_per_table(tmp_path):
     for path in jobs.loglik_targets():
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps({"accuracy": 0.5, "nll_correct": 1.0, "n_problems": 4}))
-    seeds = reproduction.seed_rows(jobs.eval_targets() + jobs.loglik_targets())
+    seeds = our_cells.seed_rows(jobs.eval_targets() + jobs.loglik_targets())
     tables = our_tables(sorted(set(seeds.benchmark) - {"toychoice"}))
     no_jobs = pd.DataFrame(columns=ledger.LEDGER_COLUMNS)   # cells are counted whatever the jobs cost
     measured = ledger.table_costs(ledger.cell_costs(seeds, no_jobs, CELL_KEYS), no_jobs, tables)

@@ -85,7 +85,7 @@ def test_smoke_measures_what_the_issue_asks(smoke):
     assert any(c["check"].startswith("soft: host reads in one update's loss pass") and c["passed"]
                for c in report["checks"])
     # and the forecast reads the report it wrote (a line through the smoke's two row counts)
-    from softtokens.report.forecast import throughput_from_gpu_check
+    from softtokens.cost.forecast import throughput_from_gpu_check
 
     rates = throughput_from_gpu_check(report)
     assert set(rates.decode) == {"hard", "soft", "fuzzy"} and set(rates.update) == {"soft", "hard"}

@@ -11,8 +11,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "softtokens"
 # bottom to top: a module may import its own layer and the ones before it
 # (run is lowest: config, names and paths are read by every layer; data reads reward's answer
 # normaliser to check golds when it prepares a dataset)
-LAYERS = ("run", "reward", "data", "model", "engine", "train", "eval", "report", "gpucheck", "commands", "cli")
+LAYERS = ("run", "reward", "data", "model", "engine", "rates", "train", "eval", "cells", "cost", "audit", "verdict",
+          "report", "gpucheck", "commands", "cli")
 MAX_MODULE_LINES, MAX_CLASS_LINES = 400, 200
+MAX_ROOM_LINES = 2500   # a sub-package past this holds more than one thing users come for: split it
 
 
 def modules() -> dict[str, Path]:
@@ -115,6 +117,18 @@ def test_no_module_or_class_too_big_to_read():
     assert not big, big
 
 
+def test_no_room_holds_more_than_it_can_say_in_a_line():
+    """A sub-package is one room with one job (docs/layout.md); one that grows past MAX_ROOM_LINES has
+    become the place for several (report/ once held the verdict, the bill and the audit: 4.9k lines)."""
+    sizes: dict[str, int] = {}
+    for m, path in modules().items():
+        if layer(m):
+            sizes[layer(m)] = sizes.get(layer(m), 0) + len(path.read_text().splitlines())
+    assert sizes["report"] > 0 and sizes["verdict"] > 0   # the rooms are seen
+    big = {room: n for room, n in sizes.items() if n > MAX_ROOM_LINES}
+    assert not big, big
+
+
 def test_no_native_code():
     assert not [p for p in PACKAGE.rglob("*") if p.suffix in (".c", ".cc", ".cpp", ".h", ".so")]
 
@@ -157,7 +171,8 @@ def test_the_workflow_and_the_jobs_that_compute_nothing_load_neither_torch_nor_t
             "import softtokens.cli\n"
             "from softtokens.data.splits import prepare\n"
             "from softtokens.train.selection import select_best, check_checkpoint\n"
-            "from softtokens.report import tables, figures, page, ablations, audit, status\n"
+            "from softtokens.report import tables, figures, page, ablations\n"
+            "from softtokens.audit import cell, status\n"
             "from softtokens.run.provenance import Provenance\n"
             "Provenance('tables', {}).record()\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")

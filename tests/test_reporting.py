@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from softtokens.report.figures import figure_groups, write_figures
-from softtokens.report.results import load_eval_frame
+from softtokens.cells.results import load_eval_frame
 from softtokens.report.tables import BELOW_BASE_MARK, main_table, write_tables
 from softtokens.run.paths import parse_eval_path
 
@@ -90,7 +90,7 @@ def test_tables_mark_runs_selected_below_their_base(grid, tmp_path):
 
 
 def test_ood_table_marks_runs_selected_below_their_base(tmp_path):
-    from softtokens.report.results import load_loglik_frame
+    from softtokens.cells.results import load_loglik_frame
     from softtokens.report.tables import ood_table
 
     paths = []

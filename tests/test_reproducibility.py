@@ -1,5 +1,5 @@
-"""How likely a verdict is to reproduce (report.reproducibility) and the cheapest grid that settles a
-claim (report.claim_plan, `softtokens plan --claims`): simulations that recover known answers,
+"""How likely a verdict is to reproduce (verdict.reproducibility) and the cheapest grid that settles a
+claim (verdict.claim_plan, `softtokens plan --claims`): simulations that recover known answers,
 determinism under a seed, a claim without cells named, and the written grid planned by Snakemake."""
 
 import json
@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from softtokens.report import reproducibility as R
-from softtokens.report.choices import DEFAULT
-from softtokens.report.reproduction import paper_cells
+from softtokens.verdict import reproducibility as R
+from softtokens.verdict.choices import DEFAULT
+from softtokens.verdict.reproduction import paper_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,7 +81,7 @@ def test_a_claim_with_no_cells_is_named_not_silently_zero():
 def test_the_papers_claims_reproduce_with_stated_odds():
     """On the paper's own numbers at its 3 seeds: the pass@32 advantage reproduces almost always; the
     lower-NLL claim, supported on the paper's numbers, in about three reproductions of four."""
-    from softtokens.report.paper import load_paper_results
+    from softtokens.cells.paper import load_paper_results
 
     odds = R.paper_reproducibility(load_paper_results())
     assert odds["passk_advantage"].p_supported > 0.99

@@ -10,9 +10,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from softtokens.report import ledger, reproduction
+from softtokens.cells import ours as our_cells
+from softtokens.cells import spread
+from softtokens.cost import ledger
+from softtokens.verdict import reproduction
 from softtokens.report.page import write_report
-from softtokens.report.paper import CELL_KEYS, TABLES, load_paper_results
+from softtokens.cells.paper import CELL_KEYS, TABLES, load_paper_results
 from softtokens.run.files import write_json
 from softtokens.run.provenance import Provenance
 
@@ -107,7 +110,7 @@ def test_cells_beside_the_paper_with_hand_computed_verdicts(fixture):
     file's 100 problems, the paper's over its benchmark's size). The old rule ('within 2 se') called
     the greedy cell a match because 100 problems leave a wide error; now it is undecided."""
     paper = load_paper_results(fixture["paper"])
-    ours = reproduction.aggregate(reproduction.seed_rows(fixture["evals"]))
+    ours = our_cells.aggregate(our_cells.seed_rows(fixture["evals"]))
     cmp = reproduction.compare(paper, ours)
     base = dict(model="llama-3b", train_dataset="gsm8k", train_mode="hard", variant="")
 
@@ -159,9 +162,9 @@ def test_a_close_reproduction_agrees_and_a_noisy_one_cannot():
 
 
 def test_tolerances_by_hand():
-    assert reproduction.cell_se(2.0, 4, 9.0) == pytest.approx(math.sqrt(10.0))
-    assert math.isnan(reproduction.cell_se(float("nan"), 1, 9.0))  # one seed of a trained run: spread unknown
-    assert reproduction.proportion_var(50.0, 500) == pytest.approx(5.0)
+    assert spread.cell_se(2.0, 4, 9.0) == pytest.approx(math.sqrt(10.0))
+    assert math.isnan(spread.cell_se(float("nan"), 1, 9.0))  # one seed of a trained run: spread unknown
+    assert spread.proportion_var(50.0, 500) == pytest.approx(5.0)
     paper = reproduction.paper_cells(load_paper_results())   # its ± a population std: sample std^2 = std^2 3/2
     base = _cell(paper, model="llama-3b", train_mode="none", benchmark="gsm8k", setting="hard_greedy", metric="pass@1")
     assert base.n == 1 and base.se == pytest.approx(math.sqrt(71.4 * 28.6 / 1319)) and base.se > 1.2
@@ -180,7 +183,7 @@ def test_sampling_variance_is_measured_from_the_questions(tmp_path):
     problems = [{"n": 4, "correct": c} for c in (0, 1, 4, 4)]
     ev.write_text(json.dumps({"n_samples": 4, "pass@1": 9 / 16, "pass@k": {"4": 0.75}, "mean_cot_length": 1.0,
                               "n_problems": 4, "problems": problems}))
-    seeds = reproduction.seed_rows([ev])
+    seeds = our_cells.seed_rows([ev])
     p1 = _cell(seeds, metric="pass@1")
     values = [0, 25, 100, 100]
     mean = sum(values) / 4
@@ -204,7 +207,7 @@ def test_ledger_counts_gpu_hours_per_job_cell_and_table(fixture):
     train0 = _cell(jobs, job="train/llama-3b/gsm8k/hard/seed0")
     assert train0.gpus == 2 and train0.gpu_hours == pytest.approx(2.0) and train0.cpu_hours == pytest.approx(2.0)
     assert _cell(jobs, job="select/llama-3b/gsm8k/hard/seed0").gpu_hours == 0
-    seeds = reproduction.seed_rows(fixture["evals"])
+    seeds = our_cells.seed_rows(fixture["evals"])
     cells = ledger.cell_costs(seeds, jobs, CELL_KEYS)
     greedy = _cell(cells, train_mode="hard", benchmark="gsm8k", setting="hard_greedy", metric="pass@1")
     # two training runs (2 + 1 GPU-h), one selection, two evaluations (0.2 + 0.1 GPU-h)
@@ -274,7 +277,7 @@ def _chain(tmp_path: Path) -> tuple[Path, list[Path]]:
 
 def test_audit_of_a_cell_flags_an_edited_data_file(tmp_path, monkeypatch, capsys):
     from softtokens.cli import main
-    from softtokens.report.audit import audit_cell
+    from softtokens.audit.cell import audit_cell
 
     monkeypatch.chdir(tmp_path)
     table, evals = _chain(Path("."))
@@ -292,7 +295,7 @@ def test_audit_of_a_cell_flags_an_edited_data_file(tmp_path, monkeypatch, capsys
 
 
 def test_audit_of_a_cell_flags_a_result_that_no_longer_gives_the_table(tmp_path, monkeypatch):
-    from softtokens.report.audit import audit_cell
+    from softtokens.audit.cell import audit_cell
 
     monkeypatch.chdir(tmp_path)
     table, evals = _chain(Path("."))
@@ -312,7 +315,7 @@ def test_audit_of_a_cell_flags_a_result_that_no_longer_gives_the_table(tmp_path,
 def test_which_arc_challenge_the_paper_scored():
     """A base cell is k/N and a trained one a 3-seed mean k/(3N): of every N from 1,000 to 1,399 only
     1,165 produces all 18 of the paper's two-decimal ARC accuracies; the split's 1,172 produces 2."""
-    from softtokens.report.paper import admitted_sizes, attainable
+    from softtokens.cells.paper import admitted_sizes, attainable
 
     assert attainable(72.79, 1165, 2) and not attainable(72.79, 1172, 2)   # 848 / 1165 = 72.789
     counts = admitted_sizes(load_paper_results(), "arc", "accuracy", range(1000, 1400))
@@ -322,7 +325,7 @@ def test_which_arc_challenge_the_paper_scored():
 
 def test_a_single_seed_prints_no_spread(tmp_path):
     from softtokens.report.page import _pm
-    from softtokens.report.results import mean_std_text, parse_mean_std
+    from softtokens.cells.results import mean_std_text, parse_mean_std
 
     assert mean_std_text(45.25, float("nan"), 1) == "45.2" and mean_std_text(45.25, 0.0, 1) == "45.2"
     assert mean_std_text(45.25, 0.0, 2) == "45.2±0.0"      # two seeds that agree: a spread of 0, said
@@ -338,8 +341,8 @@ def test_our_cells_are_compared_paired_from_their_evaluation_files(tmp_path):
     instead: 156.25 + (1875 + 2500) / 2 / 4 + 2500 / 4 = 1328 (se 36.4)."""
     from dataclasses import replace
 
-    from softtokens.report import choices, claims, uncertainty
-    from softtokens.report.choices import DEFAULT
+    from softtokens.verdict import choices, claims, uncertainty
+    from softtokens.verdict.choices import DEFAULT
 
     correct = {"hard": [(1, 1, 1, 0), (1, 1, 0, 0)], "soft": [(1, 1, 0, 0), (1, 0, 1, 0)]}
     evals = []
@@ -351,7 +354,7 @@ def test_our_cells_are_compared_paired_from_their_evaluation_files(tmp_path):
                                      "mean_cot_length": 1.0, "n_problems": 4,
                                      "problems": [{"id": f"q{i}", "n": 1, "correct": c} for i, c in enumerate(cs)]}))
             evals.append(p)
-    ours = reproduction.aggregate(reproduction.seed_rows(evals))
+    ours = our_cells.aggregate(our_cells.seed_rows(evals))
     hard, soft = (ours[ours.train_mode == m].iloc[0].to_dict() for m in ("hard", "soft"))
     assert list(hard["questions"]) == [100.0, 100.0, 50.0, 0.0] and list(soft["questions"]) == [100.0, 50.0, 50.0, 0.0]
     assert hard["seeds"] == (0, 1) and hard["values"] == (75.0, 50.0)
@@ -366,7 +369,7 @@ def test_our_cells_are_compared_paired_from_their_evaluation_files(tmp_path):
 def test_audit_says_when_a_remade_file_gives_the_same_value(tmp_path, monkeypatch):
     """A single-cell rerun remakes an evaluation file (new provenance, new hash) with the same number:
     the audit flags the stale link and says the value has not changed."""
-    from softtokens.report.audit import audit_cell
+    from softtokens.audit.cell import audit_cell
 
     monkeypatch.chdir(tmp_path)
     table, evals = _chain(Path("."))

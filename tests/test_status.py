@@ -1,4 +1,4 @@
-"""`softtokens status` (report.status) on a results directory written by hand: one run done, one
+"""`softtokens status` (audit.status) on a results directory written by hand: one run done, one
 running, one failed, one pending; evaluations in each state."""
 
 import copy
@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from softtokens import cli
-from softtokens.report.status import STALE_AFTER_S, grid_status, status_text
+from softtokens.audit.status import STALE_AFTER_S, grid_status, status_text
 from softtokens.run import paths
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +83,7 @@ def test_status_of_a_grid_with_a_run_in_every_state(tmp_path, capsys):
 def test_status_shows_the_toy_base_being_built(tmp_path):
     """The demo's longest job: its progress file (written every 25 supervised steps) is on the status
     screen with the step, loss and ETA; stale, it reads as failed; the model directory, as done."""
-    from softtokens.report.status import toy_base_status
+    from softtokens.audit.status import toy_base_status
 
     config = copy.deepcopy(yaml.safe_load((ROOT / "config.yaml").read_text()))
     config["grids"]["toy"]["results"] = str(tmp_path / "results")

@@ -42,7 +42,7 @@ def cmd_report(a) -> None:
 
 
 def cmd_status(a) -> None:
-    from softtokens.report.status import grid_status, status_text
+    from softtokens.audit.status import grid_status, status_text
 
     config, grid = grid_config(a)
     print(status_text(grid_status(config, grid)))
@@ -54,7 +54,7 @@ def cmd_audit(a) -> int:
     if (a.row is None) != (a.column is None):
         raise SystemExit("--row and --column go together (one table cell)")
     if a.row is not None:
-        from softtokens.report.audit import audit_cell
+        from softtokens.audit.cell import audit_cell
 
         try:
             lines, problems = audit_cell(a.path, a.row, a.column)
@@ -82,7 +82,7 @@ def cmd_docs(a) -> int:
 
 
 def cmd_quotes(a) -> int:
-    from softtokens.report.quotes import EXCERPT, excerpt, paper_tex, write_excerpt
+    from softtokens.verdict.quotes import EXCERPT, excerpt, paper_tex, write_excerpt
 
     tex = paper_tex(a.tex)
     out = Path(a.out or EXCERPT)
@@ -142,7 +142,7 @@ def register(sub) -> None:
     c.set_defaults(func=cmd_docs)
 
     c = sub.add_parser("quotes", help="check (or --write) the shipped excerpt of the paper's quoted lines against "
-                                      "its LaTeX source (report.quotes)")
+                                      "its LaTeX source (verdict.quotes)")
     c.add_argument("--tex", help="the paper's .tex (default: $SOFTTOKENS_PAPER_TEX, else ../shared/paper)")
     c.add_argument("--out", help="the excerpt (default: tests/fixtures/paper_quotes.json)")
     c.add_argument("--write", action="store_true", help="rewrite the excerpt from the source")

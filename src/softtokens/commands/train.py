@@ -102,9 +102,9 @@ def cmd_select(a) -> None:
 
 
 def cmd_plan_claims(a) -> None:
-    """`plan --claims`: the cheapest grid that settles the claims (report.claim_plan)."""
-    from softtokens.report.claim_plan import GRIDS_DIR, plan_claims, plan_json, plan_text, write_grid
-    from softtokens.report.paper import load_paper_results
+    """`plan --claims`: the cheapest grid that settles the claims (verdict.claim_plan)."""
+    from softtokens.verdict.claim_plan import GRIDS_DIR, plan_claims, plan_json, plan_text, write_grid
+    from softtokens.cells.paper import load_paper_results
 
     config, _ = grid_config(a)
     keys = [k.strip() for k in a.claims.split(",") if k.strip()]
@@ -126,7 +126,7 @@ def cmd_plan_claims(a) -> None:
 def cmd_plan(a) -> None:
     if getattr(a, "claims", None):
         return cmd_plan_claims(a)
-    from softtokens.report.forecast import forecast_text, load_throughput
+    from softtokens.cost.forecast import forecast_text, load_throughput
     from softtokens.report.page import our_tables
     from softtokens.train.plan import (
         USABLE_SHARE,
@@ -142,7 +142,7 @@ def cmd_plan(a) -> None:
           + (f"fits = peak <= {USABLE_SHARE:.0%} of {gpu_gb} GB" if gpu_gb else "no GPU memory declared (not checked)"))
     print(plan_table(grid_plan(config, grid), gpu_gb))
     benchmarks = config["grids"][grid]["evaluation"].get("benchmarks", [])
-    from softtokens.report.forecast import grid_gpus_per_node
+    from softtokens.cost.forecast import grid_gpus_per_node
 
     per_node = a.gpus_per_node or grid_gpus_per_node(config, grid)
     print(forecast_text(config, grid, load_throughput(a.throughput), a.nodes, per_node, our_tables(benchmarks)))
@@ -199,12 +199,12 @@ def register(sub) -> None:
         else:
             c.add_argument("--throughput", default=None,
                            help="a gpu-check report (JSON) whose measured rates the cost forecast uses; default: "
-                                "the H100 one in benchmarks/results/ (report.forecast.DEFAULT)")
+                                "the H100 one in benchmarks/results/ (cost.forecast.DEFAULT)")
             c.add_argument("--nodes", type=int, default=1, help="nodes the wall-clock forecast assumes")
             c.add_argument("--gpus-per-node", type=int, default=None,
                            help="default: the most GPUs one job of the grid asks for (a node must hold it)")
             c.add_argument("--claims", default=None, metavar="KEY[,KEY...]",
-                           help="the cheapest grid that settles these claims of the paper (report.claim_plan): "
+                           help="the cheapest grid that settles these claims of the paper (verdict.claim_plan): "
                                 "their verdicts' odds, the seeds that settle each, the grid (written to grids/) "
                                 "and its cost")
             c.add_argument("--power", type=float, default=0.8,

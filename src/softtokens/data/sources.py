@@ -160,7 +160,7 @@ class Source:
     id_field: str | None = None         # raw field kept as the row's source id
     notes: str = ""
     # questions in the test set as the paper (and this loader) evaluates it: the reproduction's standard
-    # errors and the cost forecast (report.forecast) count them; None for a training-only set
+    # errors and the cost forecast (cost.forecast) count them; None for a training-only set
     test_size: int | None = None
     gold: str = ""                      # how the gold answer (or label) is read: docs/data-and-reward.md's table
     train_size: int | None = None       # rows of the source's training split, where it has one

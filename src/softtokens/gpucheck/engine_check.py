@@ -100,7 +100,7 @@ def check_engine(report: Report, model, tok, shape: CheckShape, sigma: float, de
 
 def _decode_curve(engine: CotEngine, rows: list[dict], sigma: float, shape: CheckShape, dev) -> list[dict]:
     """ms per decode step at each row count one GPU decodes in the grids' jobs (shape.DECODE_ROWS), for a
-    hard and a soft setting: what the cost forecast fits its decode line to (report.throughput)."""
+    hard and a soft setting: what the cost forecast fits its decode line to (rates.throughput)."""
     counts = SMOKE_DECODE_ROWS if shape.source == "smoke" else DECODE_ROWS
     cot = min(shape.rl["cot_max_tokens"], DECODE_CURVE_COT)
     steps = cot + engine.max_prefill + 2

@@ -36,7 +36,7 @@ SMOKE_SIZES = {"prompts_per_step": 2, "samples_per_prompt": 4, "cot_max_tokens":
                "micro_batch_size": 4}
 
 # rows one GPU decodes at once in the paper grid's jobs: a training step's B·G/P (64 rows over 8, 4, 2 or 1
-# GPUs), a validation's share, an evaluation's batch; the forecast reads a line through them (report.throughput)
+# GPUs), a validation's share, an evaluation's batch; the forecast reads a line through them (rates.throughput)
 DECODE_ROWS = (8, 16, 32, 64, 192)
 SMOKE_DECODE_ROWS = (2, 4)
 DECODE_CURVE_COT = 64   # CoT steps per measurement: long enough to amortise admission, short enough to repeat

@@ -65,7 +65,7 @@ def profile_update(trainer, step: int, dev: torch.device, parameters: int, check
     TFLOP/s against a bf16 GEMM's, and the cost forecast's update for the same shape."""
     from torch.profiler import ProfilerActivity, profile
 
-    from softtokens.report.throughput import DEFAULT, FLOPS_PER_PARAM_TOKEN
+    from softtokens.rates.throughput import DEFAULT, FLOPS_PER_PARAM_TOKEN
     from softtokens.train.update import accumulate_gradients
 
     rollout, _, _, adv, n, _ = trainer.rollouts(step)

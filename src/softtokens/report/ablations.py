@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from softtokens.report.figures import _save_fig
-from softtokens.report.results import load_eval_frame, mean_std_text, parse_mean_std
+from softtokens.cells.results import load_eval_frame, mean_std_text, parse_mean_std
 from softtokens.report.tables import setting_columns, write_table
 from softtokens.run.names import table_settings
 from softtokens.run import paths
@@ -89,7 +89,7 @@ def paper_rows(spec: dict, model: str, dataset: str, table: str | None = None) -
     """The paper's numbers for the same rows (paper.VARIANTS maps its labels to our variants):
     one row per table row, the nine columns as 'mean±std'; absent rows are left out. ``table``:
     the paper table to read first (PAPER_TABLE), others fill rows it lacks."""
-    from softtokens.report.paper import load_paper_results, paper_seeds
+    from softtokens.cells.paper import load_paper_results, paper_seeds
 
     paper = load_paper_results()
     paper = paper[(paper.model == model) & (paper.benchmark == dataset)]

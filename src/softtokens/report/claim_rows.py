@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from softtokens.report import judging
-from softtokens.report.choices import CHOICES, Spec, alternatives
-from softtokens.report.reproducibility import DRAWS
+from softtokens.verdict import judging
+from softtokens.verdict.choices import CHOICES, Spec, alternatives
+from softtokens.verdict.reproducibility import DRAWS
 
 
 def words(c) -> str:
@@ -100,11 +100,11 @@ def method(spec: Spec) -> str:
             f"under each alternative ({n_paper} specifications on the paper's numbers, {n_ours} on ours): a verdict "
             f"is *robust* only where every one agrees. 'P(same verdict) in a reproduction': the share of "
             f"{DRAWS:,} simulated reproductions of the paper's grid (its numbers as the truth, its 3 seeds, judged "
-            f"by these rules) that reach the verdict again (report.reproducibility; docs/protocol.md).")
+            f"by these rules) that reach the verdict again (verdict.reproducibility; docs/protocol.md).")
 
 
 def choices_frame() -> pd.DataFrame:
-    """Every choice a verdict depends on: its default, why, and the alternatives tried (report.choices)."""
+    """Every choice a verdict depends on: its default, why, and the alternatives tried (verdict.choices)."""
     rows = []
     for c in CHOICES:
         rows.append({"choice": c.name, "default": c.default_text(),

@@ -99,10 +99,10 @@ def paper_memory_plan_block(root: Path) -> str:
 
 def paper_claims_block(root: Path) -> str:
     """Every claim on the paper's own numbers: its margin, the verdict at the default specification,
-    the share of specifications that support it, and what would flip it (report.claims, report.page)."""
+    the share of specifications that support it, and what would flip it (verdict.claims, report.page)."""
     from softtokens.report.claim_rows import claims_frame
-    from softtokens.report.claims import judge_paper_claims
-    from softtokens.report.paper import load_paper_results
+    from softtokens.verdict.claims import judge_paper_claims
+    from softtokens.cells.paper import load_paper_results
 
     judged = judge_paper_claims(load_paper_results())
     frame = claims_frame(judged)
@@ -113,10 +113,10 @@ def paper_claims_block(root: Path) -> str:
 
 
 def judging_choices_block(root: Path) -> str:
-    """Every choice a verdict depends on (report.choices), with the evidence for the paper's ± read as
-    a population std: the ARC-Challenge triples each reading admits (report.paper.admitted_ddof)."""
+    """Every choice a verdict depends on (verdict.choices), with the evidence for the paper's ± read as
+    a population std: the ARC-Challenge triples each reading admits (cells.paper.admitted_ddof)."""
     from softtokens.report.claim_rows import choices_frame
-    from softtokens.report.paper import admitted_ddof, load_paper_results
+    from softtokens.cells.paper import admitted_ddof, load_paper_results
 
     paper = load_paper_results()
     arc = {d: admitted_ddof(paper, "arc", "accuracy", 1165, d) for d in (0, 1)}
@@ -150,12 +150,12 @@ def datasets_block(root: Path) -> str:
 
 
 def claims_budget_block(root: Path) -> str:
-    """The worked example of `softtokens plan --claims` (report.claim_plan) on the shipped config."""
+    """The worked example of `softtokens plan --claims` (verdict.claim_plan) on the shipped config."""
     import yaml
 
     from softtokens.data.sources import loader_kind
-    from softtokens.report.claim_plan import plan_claims, plan_text
-    from softtokens.report.paper import load_paper_results
+    from softtokens.verdict.claim_plan import plan_claims, plan_text
+    from softtokens.cells.paper import load_paper_results
     from softtokens.run.config import check_config
 
     config = yaml.safe_load((root / "config.yaml").read_text())

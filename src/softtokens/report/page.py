@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.report import claims, forecast, judging, ledger, reproduction
-from softtokens.report.choices import DEFAULT, MARGINS, Spec
+from softtokens.cells import ours as our_cells
+from softtokens.cost import forecast, ledger
+from softtokens.verdict import claims, judging, reproduction
+from softtokens.verdict.choices import DEFAULT, MARGINS, Spec
 from softtokens.report.claim_rows import (
     answer,
     choices_frame,
@@ -24,7 +26,7 @@ from softtokens.report.claim_rows import (
     robustness,
     words,
 )
-from softtokens.report.paper import (
+from softtokens.cells.paper import (
     CELL_KEYS,
     PAPER_RESULTS,
     SOURCE,
@@ -116,8 +118,8 @@ def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
     """Everything the page shows, as frames and claims."""
     spec = judging_spec(settings)
     paper = load_paper_results(settings.get("paper_results") or PAPER_RESULTS)
-    seeds = reproduction.seed_rows(eval_paths)
-    ours = reproduction.aggregate(seeds)
+    seeds = our_cells.seed_rows(eval_paths)
+    ours = our_cells.aggregate(seeds)
     comparison = reproduction.compare(paper, ours, spec)
     jobs = ledger.read_jobs(bench_dir, settings.get("gpus", {}))
     cells = ledger.cell_costs(seeds, jobs, CELL_KEYS) if not seeds.empty else pd.DataFrame()
@@ -128,7 +130,7 @@ def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
         predicted = forecast.forecast_jobs(settings["config"], settings["grid"])
         vs_forecast = forecast.vs_actual(predicted, jobs)
     claims_paper = claims.judge_paper_claims(paper, spec=spec)
-    from softtokens.report.reproducibility import paper_reproducibility
+    from softtokens.verdict.reproducibility import paper_reproducibility
 
     odds = paper_reproducibility(paper, spec=spec)   # how likely each verdict is to come out again
     for c in claims_paper:
@@ -275,7 +277,7 @@ def duration(seconds: float) -> str:
 
 
 def forecast_frame(vs: pd.DataFrame) -> pd.DataFrame:
-    """report.forecast.vs_actual for reading: durations in their units, the ratio as a number of times."""
+    """cost.forecast.vs_actual for reading: durations in their units, the ratio as a number of times."""
     return pd.DataFrame({"kind": vs.kind, "jobs": vs.jobs, "forecast (wall)": (vs.wall_h_forecast * 3600).map(duration),
                          "actual (wall)": (vs.wall_h_actual * 3600).map(duration),
                          "GPU-hours forecast": vs.gpu_h_forecast.map(lambda x: f"{x:.3g}"),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.report.results import load_eval_frame, load_loglik_frame, main_cells, mean_std_text
+from softtokens.cells.results import load_eval_frame, load_loglik_frame, main_cells, mean_std_text
 from softtokens.run import paths
 from softtokens.run.files import write_text
 from softtokens.run.names import TABLE_MODES, is_sampled, setting_decoding, setting_label, settings_of, table_settings

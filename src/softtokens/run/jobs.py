@@ -133,7 +133,7 @@ class GridJobs(GridTargets):
         return dumps({"grid": self.name, "figure": self.figure_specs()[name]})
 
     def reproduction_settings(self) -> str:
-        # the config itself: the report's cost forecast (report.forecast) recomputes every job's
+        # the config itself: the report's cost forecast (cost.forecast) recomputes every job's
         return dumps({"grid": self.name, "toy": "toy_base" in self.grid, "gpus": self.ledger_gpus(),
                       "config": self.config})
 

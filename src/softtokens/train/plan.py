@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from softtokens.data.prompt import PREFILL_TOKENS
 from softtokens.run.config import EVAL_DEFAULTS, cell_rl, resolved_rl
 from softtokens.run.jobs import train_processes
 from softtokens.train.architecture import (  # noqa: F401  (the plan's public names: tests and gpu-check read them here)
@@ -48,7 +49,6 @@ from softtokens.train.config import logit_chunk_steps
 
 GB = 1e9
 BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}
-PREFILL_TOKENS = 16        # "The final answer is: \boxed{" and the short one after the stop text
 USABLE_SHARE = 0.9         # of a GPU's memory: CUDA context, NCCL buffers, allocator fragmentation
 # the GPU jobs' torch multiplies bf16 matrices into float32 results in one GEMM (model.head.fused_wide_matmul:
 # CUDA's torch.mm(..., out_dtype)), so no float32 copy of the vocabulary projection exists on a GPU

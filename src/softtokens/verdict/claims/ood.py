@@ -1,9 +1,9 @@
 """Out-of-domain robustness (the out-of-domain table): comparable success rates, a lower NLL of the
 correct answer than hard training, and the base model's NLL preserved."""
 
-from softtokens.report.choices import AVERAGE, EVERY, NLL, POINTS
-from softtokens.report.claims.define import ClaimDef
-from softtokens.report.judging import (
+from softtokens.verdict.choices import AVERAGE, EVERY, NLL, POINTS
+from softtokens.verdict.claims.define import ClaimDef
+from softtokens.verdict.judging import (
     CONTINUOUS,
     LESS,
     MORE,

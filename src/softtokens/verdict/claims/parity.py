@@ -1,9 +1,9 @@
 """Pass@1 parity: soft and fuzzy training match hard training at greedy pass@1 (two sentences,
 one part each: each keeps its own quantifier and unit of count)."""
 
-from softtokens.report.choices import GENERALLY, MOST, POINTS
-from softtokens.report.claims.define import ClaimDef
-from softtokens.report.judging import PartPlan, groups, quote, similar_to_hard
+from softtokens.verdict.choices import GENERALLY, MOST, POINTS
+from softtokens.verdict.claims.define import ClaimDef
+from softtokens.verdict.judging import PartPlan, groups, quote, similar_to_hard
 
 
 def plan(idx, ctx):

@@ -1,11 +1,11 @@
 """How a claim of the paper is judged: its comparisons and their one-sided tests, the quantifier
-that counts them, the three verdicts, and the cell lookups every claim shares (report.claims holds
-the claims, report.uncertainty the errors, report.choices every choice a verdict rests on).
+that counts them, the three verdicts, and the cell lookups every claim shares (verdict.claims holds
+the claims, verdict.uncertainty the errors, verdict.choices every choice a verdict rests on).
 
 A claim is *planned* once on the cells (which comparisons, of which cells, under which rule) and
-*evaluated* under a specification (report.choices.Spec): the plan is the paper's sentence, the
+*evaluated* under a specification (verdict.choices.Spec): the plan is the paper's sentence, the
 evaluation the statistics, so the same plan is judged under every alternative reading and, in
-report.reproducibility, on thousands of simulated reproductions at once.
+verdict.reproducibility, on thousands of simulated reproductions at once.
 
 Rules, each a one-sided test or two at level alpha:
 - SAME ("similar", "comparable", "matching", "preserve"): the difference's 1 - 2 alpha interval
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from softtokens.report import uncertainty
-from softtokens.report.cells import (  # noqa: F401  (the claims read them from here too)
+from softtokens.verdict import uncertainty
+from softtokens.cells.lookup import (  # noqa: F401  (the claims read them from here too)
     TRAINED,
     cell,
     entropy_rows,
@@ -38,7 +38,7 @@ from softtokens.report.cells import (  # noqa: F401  (the claims read them from 
     ood_groups,
     passk_metric,
 )
-from softtokens.report.choices import (
+from softtokens.verdict.choices import (
     AVERAGE,
     DEFAULT,
     EVERY,
@@ -148,7 +148,7 @@ def needed(k: int, quantifier: str, spec: Spec) -> int:
 def quantify(p_sup: np.ndarray, p_con: np.ndarray, m: int, spec: Spec) -> np.ndarray:
     """Per draw, 1 supported / -1 contradicted / 0 undecided: at least m of k units established
     (rows of p_sup), or k - m + 1 failures established (rows of p_con). Family-wise: the m-th smallest
-    p-value times k - m + 1 (partial conjunction, Bonferroni form; report.choices); raw: counts at alpha."""
+    p-value times k - m + 1 (partial conjunction, Bonferroni form; verdict.choices); raw: counts at alpha."""
     k = p_sup.shape[0]
     p_sup, p_con = np.nan_to_num(p_sup, nan=1.0), np.nan_to_num(p_con, nan=1.0)
     if spec.multiplicity == FAMILY_WISE:
@@ -255,7 +255,7 @@ class Claim:
     sensitivity: list[dict] = field(default_factory=list)   # [{"specification", "verdict"}], the default first
     robust: bool | None = None      # every specification gives the default's verdict
     decide: str = ""                # an undecided claim: what would decide it
-    reproducibility: dict | None = None   # each verdict's probability in simulated reproductions (report.reproducibility)
+    reproducibility: dict | None = None   # each verdict's probability in simulated reproductions (verdict.reproducibility)
     source: str = "paper"
 
     def __post_init__(self):

@@ -119,7 +119,7 @@ def admitted_ddof(paper: pd.DataFrame, benchmark: str, metric: str, denominator:
     """(trained cells whose printed mean and ± some seed values k / denominator give with ``ddof``,
     trained cells). Why: the paper does not say whether its ± is a sample or a population std, and the
     seeds' variance of a mean depends on it; where the printed digits are fine enough (ARC-Challenge's
-    accuracies, two decimals over 1,165 questions) only one reading fits (report.choices)."""
+    accuracies, two decimals over 1,165 questions) only one reading fits (verdict.choices)."""
     sub = paper[(paper.benchmark == benchmark) & (paper.metric == metric) & (paper.variant == "")
                 & (paper.train_mode != "none")].drop_duplicates(CELL_KEYS)
     seeds = [paper_seeds(m) for m in sub.train_mode]

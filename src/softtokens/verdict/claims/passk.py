@@ -1,8 +1,8 @@
 """Pass@k gains: soft and fuzzy training beat hard training at pass@k, on average."""
 
-from softtokens.report.choices import AVERAGE
-from softtokens.report.claims.define import ClaimDef
-from softtokens.report.judging import (
+from softtokens.verdict.choices import AVERAGE
+from softtokens.verdict.claims.define import ClaimDef
+from softtokens.verdict.judging import (
     CONTINUOUS,
     MORE,
     PartPlan,

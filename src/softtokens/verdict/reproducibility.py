@@ -1,6 +1,6 @@
 """How likely a claim's verdict is to reproduce, and how many seeds would settle it: reproductions of
 the paper's grid simulated with the paper's own numbers as the truth, each judged by the project's
-rules (report.claims at the default specification).
+rules (verdict.claims at the default specification).
 
 Why: a verdict on the paper's numbers is one draw. A researcher deciding what to rerun needs to know
 whether a faithful reproduction would reach it again (a verdict that reproduces with probability 0.55
@@ -8,13 +8,13 @@ is a different fact from one at 0.99), and what it would take to reach a decided
 
 The model of a reproduction, per training run (its cells share the run's seeds) and cell:
 - a seed's value of a cell is its published mean plus the run's seed effect, sd the cell's sample std
-  (its ± read by report.choices), correlated between two cells of one run by ``Spec.rho``;
+  (its ± read by verdict.choices), correlated between two cells of one run by ``Spec.rho``;
 - the cell's mean over its seeds takes one more draw of the test-set error (the same questions for
   every seed: binomial at the benchmark's size for a proportion, the NLL's stated spread);
 - the reproduction reports the mean and sample std over its seeds, means only (judged as the paper's
   numbers are: unpaired, the seeds' spread modelled). A base model is one evaluation: the test set only.
 Every draw of every cell is a numpy array, so thousands of reproductions are judged in one pass of a
-claim's plan (report.judging evaluates plans on arrays).
+claim's plan (verdict.judging evaluates plans on arrays).
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from softtokens.report.choices import DEFAULT, Spec
-from softtokens.report.claims import registry
-from softtokens.report.claims.define import ClaimDef, Context
-from softtokens.report.judging import claim_code, evaluate_part, index_cells, passk_metric
+from softtokens.verdict.choices import DEFAULT, Spec
+from softtokens.verdict.claims import registry
+from softtokens.verdict.claims.define import ClaimDef, Context
+from softtokens.verdict.judging import claim_code, evaluate_part, index_cells, passk_metric
 from softtokens.data.sources import test_size
-from softtokens.report.uncertainty import RUN_KEYS
+from softtokens.verdict.uncertainty import RUN_KEYS
 
 DRAWS = 1000                                   # simulated reproductions per question asked
 SEED_CHOICES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 30, 50)   # seeds per run tried for "what settles it"
@@ -143,7 +143,7 @@ def seeds_to_settle(defn: ClaimDef, plan, truth: dict, power: float = POWER, dra
 
 def paper_truth(paper: pd.DataFrame, spec: Spec = DEFAULT) -> dict:
     """The paper's cells as the truth of the simulations: its means, the sample stds its ± implies."""
-    from softtokens.report.reproduction import paper_cells
+    from softtokens.verdict.reproduction import paper_cells
 
     return index_cells(paper_cells(paper, spec))
 

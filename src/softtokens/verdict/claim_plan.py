@@ -4,8 +4,8 @@ asked-for probability, the cells it reads; then one grid for them all (each trai
 every claim that reads it), its forecast cost, and, under a budget, the claims that fit, best first.
 
 Why: a researcher with an allocation does not rerun 45 trainings to check one sentence. The two
-halves already exist: the judge (report.claims, report.reproducibility) and the forecast
-(report.forecast); this joins them. The grid is written as a YAML file of its own (``grids/NAME.yaml``,
+halves already exist: the judge (verdict.claims, verdict.reproducibility) and the forecast
+(cost.forecast); this joins them. The grid is written as a YAML file of its own (``grids/NAME.yaml``,
 which the Snakefile reads beside config.yaml), reusing the paper grid's results directory, so a run
 the paper grid made already (seeds 0-2) is not trained again.
 
@@ -24,15 +24,16 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from softtokens.report import reproducibility as repro
-from softtokens.report.choices import DEFAULT, Spec
+from softtokens.cells.paper import PAPER_SEEDS as PAPER_SEEDS_OF
+from softtokens.verdict import reproducibility as repro
+from softtokens.verdict.choices import DEFAULT, Spec
 from softtokens.run.names import MODES
 
 # two cells of one benchmark in a reproduction made here: their per-question results' correlation (the
-# toy's trained models: 0.21-0.78, median 0.43 greedy and 0.63 sampled: report.choices)
+# toy's trained models: 0.21-0.78, median 0.43 greedy and 0.63 sampled: verdict.choices)
 REPRODUCTION_QUESTION_RHO = 0.5
 PAPER_GRID = "paper"
-PAPER_SEEDS = 3
+PAPER_SEEDS = PAPER_SEEDS_OF["main"]   # the seeds behind a published cell of the main tables
 GRIDS_DIR = Path("grids")   # from the repository root: the Snakefile reads every grids/*.yaml beside config.yaml
 
 
@@ -80,7 +81,7 @@ def assess(keys: list[str], paper: pd.DataFrame, power: float = repro.POWER, dra
            spec: Spec = DEFAULT) -> list[ClaimCost]:
     """Each claim of ``keys``: verdict probabilities over reproductions of the paper's grid at its 3
     seeds, the seeds that settle it (a decided verdict with probability ``power``), its cells."""
-    from softtokens.report.claims import registry
+    from softtokens.verdict.claims import registry
 
     known = {d.key for d in registry()}
     unknown = [k for k in keys if k not in known]
@@ -152,7 +153,7 @@ def _default_settings() -> list[str]:
 def grid_cost(config: dict, name: str, grid: dict) -> tuple[float, pd.DataFrame]:
     """(GPU-hours, the forecast's jobs) of ``grid`` added to ``config`` as ``name``."""
     from softtokens.data.sources import loader_kind
-    from softtokens.report.forecast import by_kind, forecast_jobs
+    from softtokens.cost.forecast import by_kind, forecast_jobs
     from softtokens.run.config import check_config
 
     cfg = copy.deepcopy(config)
@@ -204,7 +205,7 @@ def plan_text(result: dict) -> str:
     """What `softtokens plan --claims` prints."""
     lines = [f"claims on a budget: simulated reproductions of the paper's grid ({repro.DRAWS} draws each, the paper's "
              f"numbers as the truth; two cells of a benchmark paired with a per-question correlation of "
-             f"{REPRODUCTION_QUESTION_RHO}, an assumption: report.claim_plan)", "",
+             f"{REPRODUCTION_QUESTION_RHO}, an assumption: verdict.claim_plan)", "",
              "| claim | P(supported) | P(undecided) | P(contradicted) | seeds that settle it | cells | GPU-hours alone |",
              "|---|---|---|---|---|---|---|"]
     for c in result["claims"]:

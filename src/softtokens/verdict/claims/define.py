@@ -2,8 +2,8 @@
 reads sameness by, and how it plans its comparisons on a set of cells.
 
 Why declarative: a claim is the paper's words plus a plan of comparisons; the statistics that turn
-a plan into a verdict (report.judging) are the same for every claim and every specification, so a
-new claim is one module declaring a ClaimDef (and its test), found by report.claims.registry.
+a plan into a verdict (verdict.judging) are the same for every claim and every specification, so a
+new claim is one module declaring a ClaimDef (and its test), found by verdict.claims.registry.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from softtokens.report.judging import PartPlan
+from softtokens.verdict.judging import PartPlan
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class ClaimDef:
     quotes: tuple[dict, ...]            # the paper's words (judging.quote), checked against its source by a test
     rule: str                           # the rule in words ({metric}, {margin}, {unit} filled in)
     plan: Callable[[dict, Context], list[PartPlan] | None]   # None: these numbers cannot judge it
-    margin: str | None = None           # the report.choices.MARGINS kind it reads sameness by
+    margin: str | None = None           # the verdict.choices.MARGINS kind it reads sameness by
     source: str = "paper"               # "ours": a statement of ours, not a sentence of the paper
 
     def words(self, metric: str | None, margin: float | None, unit: str | None) -> tuple[str, str]:

@@ -119,7 +119,7 @@ CHOICES = (
            "Population std (ddof 0). ARC-Challenge's accuracies (two decimals, 1,165 questions, 3 seeds) admit "
            "a seed triple of integer counts matching the printed mean and std for all 15 trained cells read as "
            "a population std and for only 9 read as a sample std: 6 printed values cannot be a sample std "
-           "(report.paper.admitted_ddof; the other tables cannot tell them apart). The seeds' variance of a "
+           "(cells.paper.admitted_ddof; the other tables cannot tell them apart). The seeds' variance of a "
            "mean is then std^2/(n-1), not std^2/n.",
            (("± as sample std", {"paper_ddof": 1}),), sources=("paper",)),
     Choice("test-set term", "test_set",

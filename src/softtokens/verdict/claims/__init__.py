@@ -3,13 +3,13 @@
 Why: a reader adopts a reproduction for its verdict, so a claim is the paper's sentence (quoted,
 with its place in the LaTeX source) and a rule read off its words, not our paraphrase. One module
 per claim (or family of claims read by one rule) declares a ClaimDef: its words, its rule, the
-margin it reads sameness by, and the comparisons it plans on the cells; report.judging turns the
-plan into a verdict, report.choices holds every choice under it. A new claim is one module here
+margin it reads sameness by, and the comparisons it plans on the cells; verdict.judging turns the
+plan into a verdict, verdict.choices holds every choice under it. A new claim is one module here
 plus its test. docs/protocol.md discusses each.
 """
 
-from softtokens.report.claims.define import ClaimDef, Context
-from softtokens.report.claims.judge import (
+from softtokens.verdict.claims.define import ClaimDef, Context
+from softtokens.verdict.claims.judge import (
     judge_claim,
     judge_claims,
     judge_paper_claims,

@@ -10,7 +10,7 @@ Snakemake API), and after. What it reads:
   metrics were written within ``STALE_AFTER_S`` or three of its steps, whichever is longer;
 - an evaluation: its result file (done), else its log (running while written recently, failed
   once stale: Snakemake keeps a failed job's log and deletes its outputs), else pending;
-- GPU-hours: finished jobs' Snakemake benchmark files (report.ledger), plus the step times a run
+- GPU-hours: finished jobs' Snakemake benchmark files (cost.ledger), plus the step times a run
   in progress has logged.
 """
 
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from softtokens.report import ledger
+from softtokens.cost import ledger
 from softtokens.run import paths
 from softtokens.run.config import cell_rl
 from softtokens.run.files import read_jsonl

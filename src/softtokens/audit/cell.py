@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.report.results import load_eval_frame, load_loglik_frame, mean_std_text
+from softtokens.cells.results import load_eval_frame, load_loglik_frame, mean_std_text
 from softtokens.run import paths
 
 

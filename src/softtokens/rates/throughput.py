@@ -1,4 +1,4 @@
-"""The rates a cost forecast reads (report.forecast), as gpu-check measures them on one GPU.
+"""The rates a cost forecast reads (cost.forecast), as gpu-check measures them on one GPU.
 
 Why a model of rates rather than one tokens-per-second figure: a decode step reads every weight
 whatever the rows it decodes, so its time is nearly flat in the rows up to the GPU's compute
@@ -25,6 +25,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
+from softtokens.data.prompt import PREFILL_TOKENS
 from softtokens.run.names import CONTINUOUS_MODES, MODES, setting_mode
 
 # the paper's RLOO step replays every row's prompt and steps: forward and backward are 2 + 4 FLOPs per
@@ -116,8 +117,6 @@ def _decode_points(report: dict) -> dict[str, list[tuple[float, float]]]:
 
 def update_measurements(report: dict) -> dict[str, tuple[float, float, int]]:
     """Per mode: (seconds of its last update, tokens it replayed, micro-batches per GPU) of a gpu-check report."""
-    from softtokens.train.plan import PREFILL_TOKENS
-
     shape, sec = report["shape"], report["sections"]
     steps = shape["cot_max_tokens"] + PREFILL_TOKENS + shape["answer_max_tokens"]
     rows = shape["prompts_per_step"] * shape["samples_per_prompt"]

@@ -4,9 +4,9 @@ only, so only our numbers can judge it (a ratio rule, no standard error: docs/pr
 
 import math
 
-from softtokens.report.choices import EVERY
-from softtokens.report.claims.define import ClaimDef
-from softtokens.report.judging import (
+from softtokens.verdict.choices import EVERY
+from softtokens.verdict.claims.define import ClaimDef
+from softtokens.verdict.judging import (
     CONTINUOUS,
     FIXED,
     HARD_SETTINGS,

@@ -3,8 +3,8 @@ it rests on, the verdict under each alternative specification ("what would flip 
 undecided claim, what would decide it.
 
 Why plan once, evaluate many times: a claim's comparisons are the paper's sentence, fixed by the
-cells that exist; each specification (report.choices) only changes the statistics, so the plan is
-made once and evaluated under every specification (and, in report.reproducibility, on simulated
+cells that exist; each specification (verdict.choices) only changes the statistics, so the plan is
+made once and evaluated under every specification (and, in verdict.reproducibility, on simulated
 reproductions)."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from functools import lru_cache
 
 import pandas as pd
 
-from softtokens.report.choices import DEFAULT, MARGINS, Spec, alternatives
-from softtokens.report.claims.define import ClaimDef, Context
-from softtokens.report.judging import (
+from softtokens.verdict.choices import DEFAULT, MARGINS, Spec, alternatives
+from softtokens.verdict.claims.define import ClaimDef, Context
+from softtokens.verdict.judging import (
     NOT_JUDGED,
     UNDECIDED,
     Claim,
@@ -33,7 +33,7 @@ from softtokens.report.judging import (
     test,
     verdict_of,
 )
-from softtokens.report.reproduction import TABLE_PRECEDENCE, paper_cells
+from softtokens.verdict.reproduction import TABLE_PRECEDENCE, paper_cells
 
 PACKAGE = __name__.rsplit(".", 1)[0]
 NOT_CLAIMS = {"define", "judge"}   # the package's modules that declare no claim

@@ -1,11 +1,11 @@
 """Figure 1's caption, the whole sentence: soft/fuzzy training with hard inference is universally
 best, matching hard training at pass@1 and surpassing it at pass@32. Like for like, as the
-inference claims (report.claims.inference): each soft- or fuzzy-trained model's hard setting against
+inference claims (verdict.claims.inference): each soft- or fuzzy-trained model's hard setting against
 its own soft and fuzzy setting of the same decoding, and against hard training's same setting."""
 
-from softtokens.report.choices import EVERY, POINTS
-from softtokens.report.claims.define import ClaimDef
-from softtokens.report.judging import (
+from softtokens.verdict.choices import EVERY, POINTS
+from softtokens.verdict.claims.define import ClaimDef
+from softtokens.verdict.judging import (
     CONTINUOUS,
     MORE,
     NOT_WORSE,
@@ -17,7 +17,7 @@ from softtokens.report.judging import (
     known,
     quote,
 )
-from softtokens.report.claims.inference import like_for_like
+from softtokens.verdict.claims.inference import like_for_like
 from softtokens.run.names import setting_name
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.report.paper import CELL_KEYS
+from softtokens.cells.paper import CELL_KEYS
 from softtokens.run.names import MODES
 
 TRAINED = MODES

@@ -19,7 +19,7 @@ differences: +-1/m each, a cell in several of them carrying the sum of its weigh
 Degrees of freedom (Welch-Satterthwaite): each run's seed part has n - 1, the test-set part is
 taken as exact (hundreds of questions), so a contrast resting on three seeds is judged with
 Student's t at about 2 df and one dominated by the test set as with z. Every function here takes
-floats or numpy arrays of draws alike (report.reproducibility simulates thousands at once).
+floats or numpy arrays of draws alike (verdict.reproducibility simulates thousands at once).
 """
 
 from __future__ import annotations
@@ -31,23 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from softtokens.report.choices import DEFAULT, NO_TEST_SET, PAIRED, UNPAIRED, Spec
-from softtokens.report.paper import CELL_KEYS
+from softtokens.verdict.choices import DEFAULT, NO_TEST_SET, PAIRED, UNPAIRED, Spec
+from softtokens.cells.paper import CELL_KEYS
 
 RUN_KEYS = ("model", "train_dataset", "train_mode", "variant")   # one training run's cells share these
-
-
-def proportion_var(mean_percent: float, n: int) -> float:
-    """Sampling variance (%^2) of a proportion over n questions: p (100 - p) / n."""
-    return mean_percent * (100.0 - mean_percent) / n
-
-
-def cell_se(std: float, seeds: int, sampling_var: float) -> float:
-    """Standard error of one cell: std^2 / seeds + its test-set variance (std a sample std). A base
-    model (std 0, one seed) keeps the test-set part; NaN when the seed spread is unknown."""
-    if seeds < 1 or pd.isna(std) or pd.isna(sampling_var):
-        return float("nan")
-    return math.sqrt(std * std / seeds + sampling_var)
 
 
 def cell_key(cell: Mapping) -> tuple:
@@ -170,7 +157,7 @@ def _paired_test_var(weighted: list[tuple[Mapping, float]]) -> float | None:
 
 def _question_covariance(weighted: list[tuple[Mapping, float]], rho: float):
     """2 rho sum_{k<l} w_k w_l s_k s_l over two cells of one benchmark and metric (unpaired cells scored on
-    the same questions, their test-set errors correlated ``rho``: report.choices)."""
+    the same questions, their test-set errors correlated ``rho``: verdict.choices)."""
     if not rho:
         return 0.0
     total = 0.0

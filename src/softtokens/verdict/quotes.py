@@ -35,7 +35,7 @@ def paper_tex(given: str | Path | None = None) -> Path | None:
 
 def quoted_lines() -> list[int]:
     """Every source line a claim's quote may cover (its first line and the next few)."""
-    from softtokens.report.claims import registry
+    from softtokens.verdict.claims import registry
 
     firsts = {int(q["where"].rsplit("line ", 1)[1].rstrip(")")) for d in registry() for q in d.quotes}
     return sorted({n for line in firsts for n in range(line, line + CONTEXT_LINES)})

@@ -53,7 +53,7 @@ def _sampling_var(values: list[float]) -> float:
 
 def per_question(problems: list[dict], values: list[float]) -> pd.Series | None:
     """Per-question values indexed by question id (what a paired comparison of two cells reads:
-    report.uncertainty), or None when the file's problems carry no ids or repeat one."""
+    verdict.uncertainty), or None when the file's problems carry no ids or repeat one."""
     ids = [pr.get("id") for pr in problems]
     if not ids or any(i is None for i in ids) or len(set(map(str, ids))) != len(ids):
         return None

@@ -1,4 +1,4 @@
-"""What a grid will cost before it runs: each GPU job's wall time from measured rates (report.throughput),
+"""What a grid will cost before it runs: each GPU job's wall time from measured rates (rates.throughput),
 summed per job kind, per table and for the grid, and the wall-clock on N nodes; beside it, what the
 paper states its runs took.
 
@@ -34,14 +34,15 @@ from pathlib import Path
 import pandas as pd
 
 from softtokens.data.sources import test_size
-from softtokens.report import ledger
-from softtokens.report.paper import CELL_KEYS
-from softtokens.report.throughput import DEFAULT, DEFAULT_FILES, Throughput, throughput_from_gpu_check
+from softtokens.cost import ledger
+from softtokens.cells.paper import CELL_KEYS
+from softtokens.rates.throughput import DEFAULT, DEFAULT_FILES, Throughput, throughput_from_gpu_check
 from softtokens.run import paths
 from softtokens.run.config import cell_rl
 from softtokens.run.jobs import GPU_KINDS, GridJobs, train_processes
 from softtokens.run.names import is_sampled, setting_mode
-from softtokens.train.plan import PREFILL_TOKENS, grid_architecture, resolve_memory
+from softtokens.data.prompt import PREFILL_TOKENS
+from softtokens.train.plan import grid_architecture, resolve_memory
 
 __all__ = ["DEFAULT", "DEFAULT_FILES", "Throughput", "throughput_from_gpu_check", "load_throughput", "forecast_jobs", "by_kind",
            "wall_clock_hours", "eval_cells", "table_forecast", "vs_actual", "forecast_text", "PAPER_COST"]
@@ -143,7 +144,7 @@ def train_seconds(jobs: GridJobs, config: dict, grid_name: str, run, rates: Thro
 
 
 def forecast_jobs(config: dict, grid_name: str, rates: Throughput = DEFAULT) -> pd.DataFrame:
-    """One row per GPU job of the grid, named as its benchmark file (report.ledger's job ids): its
+    """One row per GPU job of the grid, named as its benchmark file (cost.ledger's job ids): its
     kind, GPUs, forecast wall seconds and GPU-hours (GPUs 0 on a grid that declares none); a training
     run also its seconds per RLOO step (``step_s``)."""
     jobs = GridJobs({**config, "grid": grid_name})
@@ -213,9 +214,9 @@ def wall_clock_hours(jobs: pd.DataFrame, nodes: int, gpus_per_node: int) -> floa
 
 
 def eval_cells(config: dict, grid_name: str) -> pd.DataFrame:
-    """The table cells each evaluation file makes, as report.reproduction.seed_rows names them (pass@1,
+    """The table cells each evaluation file makes, as cells.ours.seed_rows names them (pass@1,
     and pass@n of a sampled setting; accuracy and the NLL of an out-of-domain file), so that
-    report.ledger's cell and table sums apply to forecast jobs as to measured ones."""
+    cost.ledger's cell and table sums apply to forecast jobs as to measured ones."""
     jobs = GridJobs({**config, "grid": grid_name})
     n = jobs.eval["n_samples"]
     rows = []
@@ -239,7 +240,7 @@ def table_forecast(config: dict, grid_name: str, jobs: pd.DataFrame, tables: dic
 
 
 def vs_actual(forecast: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
-    """Per job kind: forecast beside measured (report.ledger.read_jobs) GPU-hours and wall hours,
+    """Per job kind: forecast beside measured (cost.ledger.read_jobs) GPU-hours and wall hours,
     over the jobs that have both (a grid part-way through compares what ran)."""
     both = forecast.merge(actual[["job", "wall_s", "gpu_hours"]], on="job", suffixes=("_forecast", "_actual"))
     rows = []

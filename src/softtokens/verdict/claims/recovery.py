@@ -1,9 +1,9 @@
 """Llama-8B trained on GSM8K: hard training collapses on MATH-500, soft and fuzzy training recover
 it and keep GSM8K (only the paper grid has these cells)."""
 
-from softtokens.report.choices import EVERY, POINTS
-from softtokens.report.claims.define import ClaimDef
-from softtokens.report.judging import (
+from softtokens.verdict.choices import EVERY, POINTS
+from softtokens.verdict.claims.define import ClaimDef
+from softtokens.verdict.judging import (
     CONTINUOUS,
     LESS,
     NOT_WORSE,
