@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from softtokens.cells.results import load_eval_frame
 from softtokens.data.sources import loader_kind
 from softtokens.report.ablations import (
     NOT_RUN,
@@ -16,7 +17,6 @@ from softtokens.report.ablations import (
     paper_rows,
     write_ablations,
 )
-from softtokens.cells.results import load_eval_frame
 from softtokens.run import config as run_config
 from softtokens.run import paths
 from softtokens.run.config import ConfigError, cell_rl
@@ -197,8 +197,8 @@ def test_variant_cells_meet_the_papers_ablation_tables_in_the_reproduction_repor
     """Evaluation files of an ablation run become cells with their variant key, and meet the
     paper's tab:scale row for that variant (not its main row)."""
     from softtokens.cells import ours as our_cells
-    from softtokens.verdict import reproduction
     from softtokens.cells.paper import load_paper_results
+    from softtokens.verdict import reproduction
 
     ours = our_cells.aggregate(our_cells.seed_rows(fixture(tmp_path)))
     cmp = reproduction.compare(load_paper_results(), ours)

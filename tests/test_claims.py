@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from softtokens.cells.paper import load_paper_results
 from softtokens.verdict import choices, claims, judging, uncertainty
 from softtokens.verdict.choices import DEFAULT
-from softtokens.cells.paper import load_paper_results
 from softtokens.verdict.reproduction import paper_cells
 
 

@@ -195,9 +195,9 @@ def test_plan_and_the_ledger_count_the_same_cells_per_table(tmp_path):
     three trainings) x (greedy pass@1, sample pass@1, sample pass@4) = 12 in both (with the registry's
     hard settings: a setting added there adds its columns)."""
     from softtokens.cells import ours as our_cells
+    from softtokens.cells.paper import CELL_KEYS
     from softtokens.cost import ledger
     from softtokens.report.page import our_tables
-    from softtokens.cells.paper import CELL_KEYS
     from softtokens.run.jobs import GridJobs
 
     config = yaml.safe_load((ROOT / "config.yaml").read_text())

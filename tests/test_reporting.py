@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from softtokens.report.figures import figure_groups, write_figures
 from softtokens.cells.results import load_eval_frame
+from softtokens.report.figures import figure_groups, write_figures
 from softtokens.report.tables import BELOW_BASE_MARK, main_table, write_tables
 from softtokens.run.paths import parse_eval_path
 

@@ -95,8 +95,9 @@ def test_plan_claims_writes_a_grid_snakemake_plans(tmp_path, capsys):
     """`softtokens plan --claims passk_advantage,pass1_parity --json`: one object per claim with its
     odds, the seeds that settle it (pass@32: 2; pass@1 parity: none, its test sets' questions limit it),
     its cells and cost; the grid it writes reuses the paper grid and a dry run plans it."""
-    from softtokens.cli import main
     from test_workflow import PAPER_ENV, job_counts, snakemake
+
+    from softtokens.cli import main
 
     out = tmp_path / "claims.yaml"
     main(["plan", "--config", str(ROOT / "config.yaml"), "--claims", "passk_advantage,pass1_parity", "--json",

@@ -12,12 +12,12 @@ import pytest
 
 from softtokens.cells import ours as our_cells
 from softtokens.cells import spread
-from softtokens.cost import ledger
-from softtokens.verdict import reproduction
-from softtokens.report.page import write_report
 from softtokens.cells.paper import CELL_KEYS, TABLES, load_paper_results
+from softtokens.cost import ledger
+from softtokens.report.page import write_report
 from softtokens.run.files import write_json
 from softtokens.run.provenance import Provenance
+from softtokens.verdict import reproduction
 
 # pass@1 (%) per seed; pass@32 of hard_sample per seed
 SEEDS = {
@@ -276,8 +276,8 @@ def _chain(tmp_path: Path) -> tuple[Path, list[Path]]:
 
 
 def test_audit_of_a_cell_flags_an_edited_data_file(tmp_path, monkeypatch, capsys):
-    from softtokens.cli import main
     from softtokens.audit.cell import audit_cell
+    from softtokens.cli import main
 
     monkeypatch.chdir(tmp_path)
     table, evals = _chain(Path("."))
@@ -324,8 +324,8 @@ def test_which_arc_challenge_the_paper_scored():
 
 
 def test_a_single_seed_prints_no_spread(tmp_path):
-    from softtokens.report.page import _pm
     from softtokens.cells.results import mean_std_text, parse_mean_std
+    from softtokens.report.page import _pm
 
     assert mean_std_text(45.25, float("nan"), 1) == "45.2" and mean_std_text(45.25, 0.0, 1) == "45.2"
     assert mean_std_text(45.25, 0.0, 2) == "45.2±0.0"      # two seeds that agree: a spread of 0, said

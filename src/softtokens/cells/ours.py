@@ -15,6 +15,7 @@ from softtokens.cells.paper import CELL_KEYS
 from softtokens.cells.results import load_eval_frame, load_loglik_frame
 from softtokens.cells.spread import cell_se, proportion_var
 
+
 def seed_rows(eval_paths) -> pd.DataFrame:
     """One row per (evaluation file, metric): the CELL_KEYS, ``seed``, ``value``, its sampling
     variance ``sampling_var`` over the file's questions, ``n_problems``, ``path`` (and for the

@@ -103,8 +103,8 @@ def cmd_select(a) -> None:
 
 def cmd_plan_claims(a) -> None:
     """`plan --claims`: the cheapest grid that settles the claims (verdict.claim_plan)."""
-    from softtokens.verdict.claim_plan import GRIDS_DIR, plan_claims, plan_json, plan_text, write_grid
     from softtokens.cells.paper import load_paper_results
+    from softtokens.verdict.claim_plan import GRIDS_DIR, plan_claims, plan_json, plan_text, write_grid
 
     config, _ = grid_config(a)
     keys = [k.strip() for k in a.claims.split(",") if k.strip()]

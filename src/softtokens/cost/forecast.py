@@ -33,15 +33,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.data.sources import test_size
-from softtokens.cost import ledger
 from softtokens.cells.paper import CELL_KEYS
+from softtokens.cost import ledger
+from softtokens.data.prompt import PREFILL_TOKENS
+from softtokens.data.sources import test_size
 from softtokens.rates.throughput import DEFAULT, DEFAULT_FILES, Throughput, throughput_from_gpu_check
 from softtokens.run import paths
 from softtokens.run.config import cell_rl
 from softtokens.run.jobs import GPU_KINDS, GridJobs, train_processes
 from softtokens.run.names import is_sampled, setting_mode
-from softtokens.data.prompt import PREFILL_TOKENS
 from softtokens.train.plan import grid_architecture, resolve_memory
 
 __all__ = ["DEFAULT", "DEFAULT_FILES", "Throughput", "throughput_from_gpu_check", "load_throughput", "forecast_jobs", "by_kind",

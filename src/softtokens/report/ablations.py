@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.report.figures import _save_fig
 from softtokens.cells.results import load_eval_frame, mean_std_text, parse_mean_std
+from softtokens.report.figures import _save_fig
 from softtokens.report.tables import setting_columns, write_table
-from softtokens.run.names import table_settings
 from softtokens.run import paths
+from softtokens.run.names import table_settings
 from softtokens.run.paths import arm as arm_name
 from softtokens.run.paths import parse_run_path
 from softtokens.run.provenance import Provenance

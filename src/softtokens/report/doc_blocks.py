@@ -100,9 +100,9 @@ def paper_memory_plan_block(root: Path) -> str:
 def paper_claims_block(root: Path) -> str:
     """Every claim on the paper's own numbers: its margin, the verdict at the default specification,
     the share of specifications that support it, and what would flip it (verdict.claims, report.page)."""
+    from softtokens.cells.paper import load_paper_results
     from softtokens.report.claim_rows import claims_frame
     from softtokens.verdict.claims import judge_paper_claims
-    from softtokens.cells.paper import load_paper_results
 
     judged = judge_paper_claims(load_paper_results())
     frame = claims_frame(judged)
@@ -115,8 +115,8 @@ def paper_claims_block(root: Path) -> str:
 def judging_choices_block(root: Path) -> str:
     """Every choice a verdict depends on (verdict.choices), with the evidence for the paper's ± read as
     a population std: the ARC-Challenge triples each reading admits (cells.paper.admitted_ddof)."""
-    from softtokens.report.claim_rows import choices_frame
     from softtokens.cells.paper import admitted_ddof, load_paper_results
+    from softtokens.report.claim_rows import choices_frame
 
     paper = load_paper_results()
     arc = {d: admitted_ddof(paper, "arc", "accuracy", 1165, d) for d in (0, 1)}
@@ -153,10 +153,10 @@ def claims_budget_block(root: Path) -> str:
     """The worked example of `softtokens plan --claims` (verdict.claim_plan) on the shipped config."""
     import yaml
 
-    from softtokens.data.sources import loader_kind
-    from softtokens.verdict.claim_plan import plan_claims, plan_text
     from softtokens.cells.paper import load_paper_results
+    from softtokens.data.sources import loader_kind
     from softtokens.run.config import check_config
+    from softtokens.verdict.claim_plan import plan_claims, plan_text
 
     config = yaml.safe_load((root / "config.yaml").read_text())
     check_config(config, loader_kind)

@@ -15,17 +15,6 @@ from pathlib import Path
 import pandas as pd
 
 from softtokens.cells import ours as our_cells
-from softtokens.cost import forecast, ledger
-from softtokens.verdict import claims, judging, reproduction
-from softtokens.verdict.choices import DEFAULT, MARGINS, Spec
-from softtokens.report.claim_rows import (
-    answer,
-    choices_frame,
-    claims_frame,
-    method,
-    robustness,
-    words,
-)
 from softtokens.cells.paper import (
     CELL_KEYS,
     PAPER_RESULTS,
@@ -34,10 +23,21 @@ from softtokens.cells.paper import (
     load_paper_results,
     paper_seeds,
 )
+from softtokens.cost import forecast, ledger
+from softtokens.report.claim_rows import (
+    answer,
+    choices_frame,
+    claims_frame,
+    method,
+    robustness,
+    words,
+)
 from softtokens.report.tables import main_settings, table_html
 from softtokens.run import paths
 from softtokens.run.files import write_text
 from softtokens.run.provenance import Provenance
+from softtokens.verdict import claims, judging, reproduction
+from softtokens.verdict.choices import DEFAULT, MARGINS, Spec
 
 MISSING = "missing"
 MARGINS_TEXT = ", ".join(f"{m.value:g} {m.unit}" for m in MARGINS.values())

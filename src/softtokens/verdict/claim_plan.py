@@ -25,9 +25,9 @@ import pandas as pd
 import yaml
 
 from softtokens.cells.paper import PAPER_SEEDS as PAPER_SEEDS_OF
+from softtokens.run.names import MODES
 from softtokens.verdict import reproducibility as repro
 from softtokens.verdict.choices import DEFAULT, Spec
-from softtokens.run.names import MODES
 
 # two cells of one benchmark in a reproduction made here: their per-question results' correlation (the
 # toy's trained models: 0.21-0.78, median 0.43 greedy and 0.63 sampled: verdict.choices)
@@ -152,8 +152,8 @@ def _default_settings() -> list[str]:
 
 def grid_cost(config: dict, name: str, grid: dict) -> tuple[float, pd.DataFrame]:
     """(GPU-hours, the forecast's jobs) of ``grid`` added to ``config`` as ``name``."""
-    from softtokens.data.sources import loader_kind
     from softtokens.cost.forecast import by_kind, forecast_jobs
+    from softtokens.data.sources import loader_kind
     from softtokens.run.config import check_config
 
     cfg = copy.deepcopy(config)

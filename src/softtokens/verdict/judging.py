@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from softtokens.verdict import uncertainty
 from softtokens.cells.lookup import (  # noqa: F401  (the claims read them from here too)
     TRAINED,
     cell,
@@ -38,6 +37,8 @@ from softtokens.cells.lookup import (  # noqa: F401  (the claims read them from 
     ood_groups,
     passk_metric,
 )
+from softtokens.run.names import CONTINUOUS_MODES, settings_of
+from softtokens.verdict import uncertainty
 from softtokens.verdict.choices import (
     AVERAGE,
     DEFAULT,
@@ -49,7 +50,6 @@ from softtokens.verdict.choices import (
     SENTENCE_UNIT,
     Spec,
 )
-from softtokens.run.names import CONTINUOUS_MODES, settings_of
 
 CONTINUOUS = CONTINUOUS_MODES
 # the settings whose CoT is hard, and the others (soft or fuzzy CoTs), in the tables' order

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from softtokens.data.sources import test_size
 from softtokens.verdict.choices import DEFAULT, Spec
 from softtokens.verdict.claims import registry
 from softtokens.verdict.claims.define import ClaimDef, Context
 from softtokens.verdict.judging import claim_code, evaluate_part, index_cells, passk_metric
-from softtokens.data.sources import test_size
 from softtokens.verdict.uncertainty import RUN_KEYS
 
 DRAWS = 1000                                   # simulated reproductions per question asked

@@ -32,11 +32,11 @@ import math
 import numpy as np
 import pandas as pd
 
+from softtokens.cells.paper import CELL_KEYS, TABLES, paper_seeds
+from softtokens.cells.spread import cell_se, proportion_var
 from softtokens.data.sources import test_size
 from softtokens.verdict import uncertainty
 from softtokens.verdict.choices import DEFAULT, MARGINS, NLL, POINTS, Spec
-from softtokens.cells.paper import CELL_KEYS, TABLES, paper_seeds
-from softtokens.cells.spread import cell_se, proportion_var
 
 __all__ = ["paper_cells", "paper_conflicts", "compare", "with_spread", "AGREES", "DIFFERS", "UNDECIDED"]
 

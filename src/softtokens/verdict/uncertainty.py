@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from softtokens.verdict.choices import DEFAULT, NO_TEST_SET, PAIRED, UNPAIRED, Spec
 from softtokens.cells.paper import CELL_KEYS
+from softtokens.verdict.choices import DEFAULT, NO_TEST_SET, PAIRED, UNPAIRED, Spec
 
 RUN_KEYS = ("model", "train_dataset", "train_mode", "variant")   # one training run's cells share these
 

@@ -3,8 +3,10 @@ best, matching hard training at pass@1 and surpassing it at pass@32. Like for li
 inference claims (verdict.claims.inference): each soft- or fuzzy-trained model's hard setting against
 its own soft and fuzzy setting of the same decoding, and against hard training's same setting."""
 
+from softtokens.run.names import setting_name
 from softtokens.verdict.choices import EVERY, POINTS
 from softtokens.verdict.claims.define import ClaimDef
+from softtokens.verdict.claims.inference import like_for_like
 from softtokens.verdict.judging import (
     CONTINUOUS,
     MORE,
@@ -17,8 +19,6 @@ from softtokens.verdict.judging import (
     known,
     quote,
 )
-from softtokens.verdict.claims.inference import like_for_like
-from softtokens.run.names import setting_name
 
 
 def plan(idx, ctx):
