@@ -16,7 +16,7 @@ import pytest
 from scipy import stats
 
 from softtokens.cells.paper import load_paper_results
-from softtokens.verdict import choices, claims, judging, uncertainty
+from softtokens.verdict import choices, claims, judged, judging, uncertainty
 from softtokens.verdict.choices import DEFAULT
 from softtokens.verdict.reproduction import paper_cells
 
@@ -426,10 +426,10 @@ def test_the_paper_cells_take_table_1_where_tables_disagree():
 
 
 def test_a_claim_of_ours_says_so():
-    c = judging.Claim("extra", "An extra statement.", [], "a rule", source="ours")
+    c = judged.Claim("extra", "An extra statement.", [], "a rule", source="ours")
     assert c.source == "ours"
     with pytest.raises(ValueError, match="quote its words"):
-        judging.Claim("extra", "An extra statement.", [], "a rule")
+        judged.Claim("extra", "An extra statement.", [], "a rule")
 
 
 def test_claims_are_a_registry_of_modules():

@@ -9,7 +9,8 @@ from softtokens.run.files import (
     sha256_path,
     write_json,
 )
-from softtokens.run.provenance import Provenance, audit, read_record
+from softtokens.audit.chain import audit
+from softtokens.run.provenance import Provenance, read_record
 from softtokens.train.selection import check_checkpoint, select_best
 
 
@@ -58,7 +59,8 @@ def test_audit_follows_the_chain_and_flags_changes(tmp_path, monkeypatch):
     Provenance("prepare_data", {"seed": 1}).write_sidecar(data)
     result = tmp_path / "eval.json"
     prov = Provenance("evaluate", {"setting": "hard_greedy"}, inputs={"data": data})
-    write_json(result, {"pass@1": 0.5, "provenance": prov.record()})
+    write_json(result, prov.embedded({"n_samples": 1, "pass@1": 0.5, "pass@k": {"1": 0.5},
+                                      "problems": [{"id": "a", "n": 1, "correct": 1}, {"id": "b", "n": 1, "correct": 0}]}))
     assert read_record(result)["stage"] == "evaluate"
     table = tmp_path / "main.md"
     table.write_text("| x |\n")
@@ -69,9 +71,10 @@ def test_audit_follows_the_chain_and_flags_changes(tmp_path, monkeypatch):
     assert problems == 0, text
     assert "[tables]" in text and "[evaluate]" in text and "[prepare_data]" in text
 
-    data.write_text('{"id": 2}\n')  # the data changed after the evaluation was made
-    lines, problems = audit(table)
-    assert problems == 1 and "CHANGED data.jsonl" in "\n".join(lines)
+    data.write_text('{"id": 2}\n')  # the data changed after the evaluation was made, by no job of ours:
+    lines, problems = audit(table)   # it is not what the evaluation read, nor what its own job wrote
+    text = "\n".join(lines)
+    assert problems == 2 and "data: CHANGED data.jsonl" in text and "CHANGED data.jsonl since its job wrote it" in text
     data.unlink()
     lines, problems = audit(table)
     assert problems == 1 and "MISSING data.jsonl" in "\n".join(lines)

@@ -62,7 +62,8 @@ def run_here(base, out, capsys) -> str:
 def outcome(out: Path) -> tuple[list[dict], dict[str, bytes]]:
     """What a finished run produced, less what a clock measures."""
     metrics = [{k: v for k, v in json.loads(line).items() if k not in TIMINGS}
-               for line in (out / "metrics.jsonl").read_text().splitlines()]
+               for line in (out / "metrics.jsonl").read_text().splitlines()
+               if json.loads(line)["kind"] != "resume"]  # what a resume fell back to: not training
     files = {str(p.relative_to(out / "checkpoints")): p.read_bytes()
              for p in sorted((out / "checkpoints").rglob("*"))
              if p.is_file() and p.name not in ("trainer_state.json", "provenance.json")}  # paths, clock times
@@ -145,21 +146,81 @@ def crashed(base, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("damage", ["truncate", "delete", "garble_state"])
-def test_a_damaged_resume_state_is_never_loaded(base, tmp_path, straight, crashed, damage, capsys):
-    shutil.copytree(crashed, tmp_path, dirs_exist_ok=True)
-    latest = tmp_path / "_resume" / "latest"
-    weights = latest / "model.safetensors"
+def damage_checkpoint(checkpoint: Path, damage: str) -> None:
+    """What a disk, a power loss or a hand can do to a saved checkpoint (sizes kept where they say so)."""
+    weights = checkpoint / "model.safetensors"
+    data = bytearray(weights.read_bytes())
     if damage == "truncate":
-        weights.write_bytes(weights.read_bytes()[:1000])
+        weights.write_bytes(data[:1000])
     elif damage == "delete":
         weights.unlink()
+    elif damage == "garble_state":
+        (checkpoint / "trainer_state.json").write_text('{"step": 4, "best')
+    elif damage == "flip_bytes":         # 4,000 bytes inverted past the header, size unchanged
+        start = len(data) // 2
+        data[start:start + 4000] = bytes(b ^ 0xFF for b in data[start:start + 4000])
+        weights.write_bytes(data)
+    elif damage == "zeros":              # a power loss's zeros (64 KiB, or the file's second half), size unchanged
+        n = min(64 * 1024, len(data) // 2)
+        data[len(data) - n:] = bytes(n)
+        weights.write_bytes(data)
     else:
-        (latest / "trainer_state.json").write_text('{"step": 4, "best')
+        raise ValueError(damage)
+
+
+DAMAGES = ["truncate", "delete", "garble_state", "flip_bytes", "zeros"]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_resume_state_falls_back_to_the_previous_complete_save(base, tmp_path, straight, crashed, damage,
+                                                                         capsys):
+    shutil.copytree(crashed, tmp_path, dirs_exist_ok=True)
+    damage_checkpoint(tmp_path / "_resume" / "latest", damage)
+    text = run_here(base, tmp_path, capsys)
+    assert "falling back to the previous complete save (step 3)" in text and "resumed from step 3" in text, text
+    assert "_resume/latest" in text   # the save refused, named
+    assert_same(outcome(tmp_path), straight)   # never trained on the damaged state
+    resume = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()
+              if json.loads(x)["kind"] == "resume"]
+    assert [(r["step"], r["state"]) for r in resume] == [(3, "previous")] and "latest" in resume[0]["reason"]
+    assert list(tmp_path.glob("_resume.unusable-*/latest"))  # kept aside for a look, not deleted
+
+
+@pytest.mark.parametrize("damage", ["flip_bytes", "truncate"])
+def test_with_every_save_damaged_the_run_starts_again(base, tmp_path, straight, crashed, damage, capsys):
+    shutil.copytree(crashed, tmp_path, dirs_exist_ok=True)
+    for generation in ("latest", "previous"):
+        damage_checkpoint(tmp_path / "_resume" / generation, damage)
     text = run_here(base, tmp_path, capsys)
     assert "resume state not used" in text and "fresh start at step 0" in text
     assert_same(outcome(tmp_path), straight)
     assert list(tmp_path.glob("_resume.unusable-*"))  # kept aside for a look, not deleted
+
+
+def test_a_damaged_best_checkpoint_falls_back_with_the_save_it_goes_with(base, tmp_path, straight, crashed, capsys):
+    """The best checkpoint the newest save goes with is damaged: that save is not used either."""
+    shutil.copytree(crashed, tmp_path, dirs_exist_ok=True)
+    state = json.loads((tmp_path / "_resume" / "latest" / "trainer_state.json").read_text())
+    previous = json.loads((tmp_path / "_resume" / "previous" / "trainer_state.json").read_text())
+    assert state["best_step"] is not None
+    damage_checkpoint(tmp_path / "_resume" / f"best-step{state['best_step']:06d}", "flip_bytes")
+    text = run_here(base, tmp_path, capsys)
+    if previous["best_step"] == state["best_step"]:   # both saves rest on it: a fresh start
+        assert "fresh start at step 0" in text
+    else:
+        assert "falling back to the previous complete save" in text
+    assert_same(outcome(tmp_path), straight)
+
+
+def test_a_log_line_cut_mid_write_is_removed_with_a_warning(base, tmp_path, straight, crashed, capsys):
+    """A kill during an append leaves half a row at the end of the metrics log: the resume cuts it,
+    naming the file, and goes on (it once stopped every retry with a JSONDecodeError naming nothing)."""
+    shutil.copytree(crashed, tmp_path, dirs_exist_ok=True)
+    log = tmp_path / "_resume" / "metrics.jsonl"
+    log.write_text(log.read_text() + '{"kind": "train", "step": 5, "rew')
+    text = run_here(base, tmp_path, capsys)
+    assert f"WARNING: {log}: its last line" in text and "cut off mid-write" in text
+    assert_same(outcome(tmp_path), straight)
 
 
 def test_a_nan_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_state(base, toy_rows, tmp_path,
@@ -253,7 +314,8 @@ def test_the_audit_flags_a_result_made_from_a_stale_input(tmp_path, monkeypatch)
     """A consumer records the settings hash the config gave each input; the audit compares it with
     the input's own record (a result made while the job-side check was bypassed is flagged)."""
     from softtokens.run.files import write_json
-    from softtokens.run.provenance import Provenance, audit, config_hash, expected_map
+    from softtokens.audit.chain import audit
+    from softtokens.run.provenance import Provenance, config_hash, expected_map
 
     monkeypatch.chdir(tmp_path)
     made, now = {"train_size": 40}, {"train_size": 50}

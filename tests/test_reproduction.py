@@ -266,8 +266,9 @@ def _chain(tmp_path: Path) -> tuple[Path, list[Path]]:
         ev = tmp_path / "eval" / "toy" / f"ds-hard-seed{seed}" / "ds" / "hard_greedy.json"
         ev.parent.mkdir(parents=True)
         prov = Provenance("evaluate", {}, inputs={"selected": selected, "checkpoint": best, "data": data / "test.jsonl"})
-        write_json(ev, {"n_samples": 1, "pass@1": acc, "pass@k": {"1": acc}, "mean_cot_length": 3.0,
-                        "provenance": prov.record()})
+        problems = [{"id": str(i), "n": 1, "correct": int(i < 10 * acc)} for i in range(10)]
+        write_json(ev, prov.embedded({"n_samples": 1, "pass@1": acc, "pass@k": {"1": acc}, "mean_cot_length": 3.0,
+                                      "problems": problems}))
         evals.append(ev)
     out = tmp_path / "tables"
     out.mkdir()
@@ -300,11 +301,13 @@ def test_audit_of_a_cell_flags_a_result_that_no_longer_gives_the_table(tmp_path,
     monkeypatch.chdir(tmp_path)
     table, evals = _chain(Path("."))
     res = json.loads(evals[1].read_text())
-    res["pass@1"] = 0.9
+    res["pass@1"], res["pass@k"] = 0.9, {"1": 0.9}   # the number, and its rows to match it: 9 of 10 right
+    res["problems"][7]["correct"] = res["problems"][8]["correct"] = 1
     evals[1].write_text(json.dumps(res))
     lines, problems = audit_cell(table, "toy ds hard", "ds Greedy pass@1")
     assert any("CHANGED" in line and "since the table was made" in line for line in lines)
-    assert any("CHANGED VALUE: the files now give 70.0±28.3, the table says 60.0±14.1" in line for line in lines)
+    assert any("CHANGED VALUE: the files' rows now give 70.0±28.3, the table says 60.0±14.1" in line for line in lines)
+    assert any(f"EDITED {evals[1]}" in line for line in lines)   # not what its job wrote: its own hash says so
     evals[0].unlink()
     lines, _ = audit_cell(table, "toy ds hard", "ds Greedy pass@1")
     assert any(line.strip().startswith("MISSING") for line in lines)
@@ -374,8 +377,10 @@ def test_audit_says_when_a_remade_file_gives_the_same_value(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     table, evals = _chain(Path("."))
     res = json.loads(evals[0].read_text())
-    res["seconds"] = 12.5  # remade: same numbers, other bytes
-    evals[0].write_text(json.dumps(res))
+    record = res.pop("provenance")
+    res["seconds"] = 12.5  # remade by its job: same numbers, other bytes, a record of its own
+    write_json(evals[0], Provenance("evaluate", record["config"], inputs={k: v["path"] for k, v in
+                                                                          record["inputs"].items()}).embedded(res))
     lines, problems = audit_cell(table, "toy ds hard", "ds Greedy pass@1")
     assert problems == 1 and any("CHANGED" in line and "since the table was made" in line for line in lines)
     assert any("VALUE UNCHANGED: the changed file(s) still give 60.0±14.1" in line for line in lines)

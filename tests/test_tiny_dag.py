@@ -293,3 +293,154 @@ def test_settle_removes_stale_backups_and_restores_lost_outputs(tmp_path):
     assert whole.read_text() == "new" and not (backups / "whole.json").exists()
     assert (lost / "model.safetensors").read_text() == "weights" and not (backups / "lost").exists()
     assert len(done) == 2
+
+
+# ---------------------------------------------------------------- a record that cannot be fooled
+# (docs/reliability.md, "Tampering"): each case on a copy of the tiny DAG, with a real `snakemake`
+EVAL = "results/toy/eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json"
+SUMMARIES = ("results/toy/tables/main.md", "results/toy/tables/main.cells.json", "results/toy/report/reproduction.md")
+
+
+def _bytes(d: Path, *files: str) -> dict:
+    return {f: (d / f).read_bytes() for f in files}
+
+
+def _audit(d: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "softtokens"), "audit", *args], cwd=d, capture_output=True, text=True)
+
+
+def flip(path: Path, n: int = 4000) -> None:
+    """n bytes inverted in the middle of a file, its size unchanged (what a bad sector leaves)."""
+    data = bytearray(path.read_bytes())
+    start = len(data) // 2 - n // 2
+    data[start:start + n] = bytes(b ^ 0xFF for b in data[start:start + n])
+    path.write_bytes(data)
+
+
+def test_a_checkpoint_with_flipped_bytes_is_refused_wherever_it_is_read(tiny_dag, tmp_path):
+    """4,000 bytes flipped inside the selected checkpoint, size unchanged: the evaluation and the
+    selection refuse it naming the file, every earlier output stays as it was, the audit fails."""
+    d = _copy(tiny_dag, tmp_path)
+    weights = d / RUN / "checkpoints/best/model.safetensors"
+    selected = f"{RUN}/selected.json"
+    before = _bytes(d, EVAL, selected, *SUMMARIES)
+    flip(weights)
+    proc = snakemake(*_args(d), "--cores", "1", "-f", EVAL)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"{weights.relative_to(d)} has other bytes than were written" in out, out[-3000:]
+    proc = snakemake(*_args(d), "--cores", "1", "-f", selected)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "has other bytes than were written" in out, out[-3000:]
+    assert _bytes(d, EVAL, selected, *SUMMARIES) == before
+    audit = _audit(d, "results/toy/tables/main.md")
+    assert audit.returncode == 1 and "DAMAGED" in audit.stdout and "model.safetensors" in audit.stdout
+
+
+def _edit(path: Path, change) -> None:
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc, indent=1))
+
+
+def _refused_rebuild(d: Path, before: dict, *names: str) -> str:
+    """A plain `snakemake` after an edit: the table and report jobs refuse, naming the file; the
+    summaries are as they were."""
+    proc = snakemake(*_args(d), "--cores", "1")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "refused to read" in out and all(n in out for n in names), out[-4000:]
+    assert _bytes(d, *SUMMARIES) == before
+    return out
+
+
+def test_a_hand_edited_number_is_refused_by_the_rebuild_and_the_audit(tiny_dag, tmp_path):
+    d = _copy(tiny_dag, tmp_path)
+    before = _bytes(d, *SUMMARIES)
+    _edit(d / EVAL, lambda doc: doc.update({"pass@1": 0.9, "pass@k": {"1": 0.9}}))
+    _refused_rebuild(d, before, EVAL, "pass@1 says 0.9")
+    audit = _audit(d, "results/toy/tables/main.md")
+    assert audit.returncode == 1 and f"EDITED {EVAL}" in audit.stdout, audit.stdout[-3000:]
+    cell = _audit(d, "results/toy/tables/main.md", "--row", "toy toyarith hard", "--column",
+                  "toyarith Greedy pass@1")
+    assert cell.returncode == 1 and "pass@1 says 0.9" in cell.stdout, cell.stdout[-3000:]
+
+
+def test_rows_edited_to_match_the_number_are_refused_by_the_document_hash(tiny_dag, tmp_path):
+    d = _copy(tiny_dag, tmp_path)
+    before = _bytes(d, *SUMMARIES)
+
+    def consistent(doc):   # every problem right, and the summary to match: only the record's hash knows
+        for row in doc["problems"]:
+            row["correct"] = row["n"]
+        doc["pass@1"], doc["pass@k"] = 1.0, {"1": 1.0}
+    _edit(d / EVAL, consistent)
+    _refused_rebuild(d, before, f"EDITED {EVAL}: the document")
+
+
+def test_an_edited_record_is_refused(tiny_dag, tmp_path):
+    """The embedded record's config edited (dtype, n_samples), then (by a careful forger who also
+    recomputes the document's hash) its checkpoint switched to another run's: both are caught."""
+    from softtokens.run.provenance import CONTENT_HASH, content_sha256
+
+    d = _copy(tiny_dag, tmp_path)
+    before = _bytes(d, *SUMMARIES)
+    _edit(d / EVAL, lambda doc: doc["provenance"]["config"].update({"dtype": "bfloat16", "n_samples": 8}))
+    _refused_rebuild(d, before, f"EDITED RECORD {EVAL}: its config hashes to")
+
+    other = "results/toy/runs/toy/toyarith/fuzzy/seed0"
+
+    def switched(doc):
+        doc["provenance"]["config"].update({"dtype": "float32", "n_samples": 2})
+        doc["provenance"]["config_hash"] = __import__("softtokens.run.provenance", fromlist=["x"]).config_hash(
+            doc["provenance"]["config"])
+        inputs = doc["provenance"]["inputs"]
+        inputs["checkpoint"] = {"path": f"{other}/checkpoints/best",
+                                "sha256": json.loads((d / other / "checkpoints/best/provenance.json").read_text())[
+                                    "output"]["sha256"]}
+        doc["provenance"][CONTENT_HASH] = content_sha256(doc)
+    _edit(d / EVAL, switched)
+    _refused_rebuild(d, before, f"EDITED RECORD {EVAL}: it was made from checkpoint {other}/checkpoints/best, "
+                                "but its run selected")
+    audit = _audit(d, EVAL)
+    assert audit.returncode == 1 and "but its run selected" in audit.stdout
+
+
+def test_a_bad_paper_numbers_file_is_refused_naming_its_line(tiny_dag, tmp_path):
+    """The config's paper_results names a file with a typo'd model, a duplicate cell and a mean that is no
+    number: the report job stops naming each line; the previous report stays."""
+    from softtokens.cells.paper import PAPER_RESULTS
+
+    d = _copy(tiny_dag, tmp_path)
+    lines = PAPER_RESULTS.read_text().splitlines()
+    bad = [lines[0], lines[1].replace("llama-3b", "llama-3bb", 1), lines[2], lines[2],
+           lines[3].replace(",71.4,", ",seventy,"), *lines[4:]]
+    (d / "paper.csv").write_text("\n".join(bad) + "\n")
+    config = yaml.safe_load((d / "tiny.yaml").read_text())
+    config["paper_results"] = str(d / "paper.csv")
+    (d / "tiny.yaml").write_text(yaml.safe_dump(config))
+    before = _bytes(d, "results/toy/report/reproduction.md", "results/toy/report/claims.json")
+    proc = snakemake(*_args(d), "--cores", "1", "results/toy/report/reproduction.md")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert f"{d / 'paper.csv'}:2: model 'llama-3bb' is not one of the paper's (did you mean 'llama-3b'?)" in out, out[-3000:]
+    assert f"{d / 'paper.csv'}:4: the cell of line 3 again" in out
+    assert f"{d / 'paper.csv'}:5: mean 'seventy' is not a number" in out
+    assert _bytes(d, "results/toy/report/reproduction.md", "results/toy/report/claims.json") == before
+
+
+def test_runs_that_failed_to_learn_are_named_everywhere(tiny_dag):
+    """The tiny DAG's runs answer no validation question right (neither does its base): each selection
+    says so, the tables mark the rows †, the verdicts resting on them name them, status lists them."""
+    res = tiny_dag / "results/toy"
+    for mode in ("hard", "fuzzy"):
+        selected = json.loads((res / f"runs/toy/toyarith/{mode}/seed0/selected.json").read_text())
+        assert "no trained step answers a validation question right" in selected["failed_to_learn"]
+    assert "toyarith hard †" in (res / "tables/main.md").read_text()
+    report = (res / "report/reproduction.md").read_text()
+    assert "failed to learn" in report and "toy toyarith hard seed 0" in report
+    claims = json.loads((res / "report/claims.json").read_text())["ours"]
+    assert any("toy toyarith fuzzy seed 0" in c["failed_runs"] for c in claims)
+    status = subprocess.run([str(BIN / "softtokens"), "status", "--config", "tiny.yaml"], cwd=tiny_dag,
+                            capture_output=True, text=True)
+    assert "2 run(s) failed to learn" in status.stdout and "toy/toyarith/hard/seed0: no trained step" in status.stdout

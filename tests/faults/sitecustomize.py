@@ -29,10 +29,10 @@ def _inject(loop) -> None:
     elif kind == "crash_in_save":
         real_write = loop.TrainerState.write
 
-        def write(self, checkpoint):
+        def write(self, checkpoint, *args, **kwargs):
             if self.step == n and os.path.basename(str(checkpoint)) == ".latest.tmp":
                 raise RuntimeError(f"injected crash while writing the latest checkpoint of step {n}")
-            return real_write(self, checkpoint)
+            return real_write(self, checkpoint, *args, **kwargs)
         loop.TrainerState.write = write
     else:
         raise ValueError(f"SOFTTOKENS_TEST_FAULT={FAULT!r}: crash_at_step=N or crash_in_save=N")

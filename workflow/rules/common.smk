@@ -114,10 +114,11 @@ def output_parent(wildcards, output):
 
 
 def reported(files, category, caption, **labels):
-    """Files marked for `snakemake --report` (the HTML of a table, shown inline; the PNG of a figure)."""
+    """Files marked for `snakemake --report` (the HTML of a table, shown inline; the PNG of a figure),
+    each kept (update) so that a job that refuses its inputs leaves the previous ones (audit.inputs)."""
     marked = (".html", ".png")
-    return [report(f, category=category, caption=f"../report/{caption}", labels=labels or None)
-            if f.endswith(marked) else f for f in files]
+    return [update(report(f, category=category, caption=f"../report/{caption}", labels=labels or None)
+                   if f.endswith(marked) else f) for f in files]
 
 
 # `snakemake --report` categories of the figures, by kind (paths.figure_name)
@@ -132,14 +133,14 @@ def table_outputs(name, caption):
     """A table's files; its HTML is shown inline by `snakemake --report`."""
     out = {ext: paths.table_path(RESULTS, name, ext) for ext in (*paths.TABLE_EXTS, paths.CELLS_EXT)}
     out["html"] = report(out["html"], category="Tables", caption=f"../report/{caption}", labels={"table": name})
-    return {("cells" if k == paths.CELLS_EXT else k): v for k, v in out.items()}
+    return {("cells" if k == paths.CELLS_EXT else k): update(v) for k, v in out.items()}
 
 
 def figure_output(kind):
     """A figure's PNG as `snakemake --report` shows it (category and caption by kind)."""
     category, caption = FIGURE_KINDS[kind]
-    return report(paths.figure_path(RESULTS, f"{kind}_{{figure}}"), category=category,
-                  caption=f"../report/{caption}", labels={"figure": "{figure}"})
+    return update(report(paths.figure_path(RESULTS, f"{kind}_{{figure}}"), category=category,
+                         caption=f"../report/{caption}", labels={"figure": "{figure}"}))
 
 
 def settle_update_backups(workflow):

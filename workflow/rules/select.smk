@@ -3,7 +3,8 @@ rule select_checkpoint:
         metrics=rules.train.output.metrics,
         checkpoints=rules.train.output.checkpoints,
     output:
-        selected=f"{RUN}/{paths.SELECTED}",
+        # kept (update): a selection that refuses a damaged checkpoint leaves the previous one
+        selected=update(f"{RUN}/{paths.SELECTED}"),
     resources:
         **resources("cpu"),
     conda:

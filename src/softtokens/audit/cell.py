@@ -1,5 +1,6 @@
 """The audit of one table cell: the cell, the evaluation files it was made from, and every link
-further up (provenance.audit), with the value recomputed from the files as the table computed it."""
+further up (audit.chain), with the value recomputed from each file's per-problem rows, not from the
+summary a hand could have edited."""
 
 from __future__ import annotations
 
@@ -8,18 +9,35 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.cells.results import load_eval_frame, load_loglik_frame, mean_std_text
+from softtokens.cells.results import mean_std_text
+from softtokens.eval.metrics import mean_pass_at_k
 from softtokens.run import paths
 
 
-# ---------------------------------------------------------------- audit of one table cell
+def value_from_rows(path: Path, metric: str) -> float | None:
+    """A file's value of ``metric`` in the table's units (%; the NLL in nats), from its rows only
+    (None: the file has no rows to recompute it from)."""
+    doc = json.loads(Path(path).read_text())
+    rows = doc.get("problems") or []
+    if not rows:
+        return None
+    if metric == "accuracy":
+        return 100 * sum(bool(r["correct"] if "correct" in r else r.get("pred") == r.get("label"))
+                         for r in rows) / len(rows)
+    if metric == "nll_correct":
+        return sum(r["nll_correct"] for r in rows) / len(rows)
+    k = int(metric.split("@")[1])
+    return 100 * mean_pass_at_k([(r["n"], r["correct"]) for r in rows], k)
+
+
 def audit_cell(table: str | Path, row: str, column: str) -> tuple[list[str], int]:
     """The chain of one table cell: the cell -> its evaluation files (one per seed) -> selected
     checkpoint -> training run -> base model and data, each link with code version, config hash
-    and input hashes (provenance.audit). Flags a missing or changed evaluation file, a value that
-    no longer follows from the files, and every broken link further up."""
+    and input hashes (audit.chain). Flags a missing, changed or edited evaluation file, a value that
+    does not follow from the files' rows, and every broken link further up."""
+    from softtokens.audit.chain import audit
     from softtokens.run.files import sha256_path
-    from softtokens.run.provenance import audit, read_record
+    from softtokens.run.provenance import read_record
 
     table = Path(table)
     cells_path = paths.cells_path(table)
@@ -47,8 +65,12 @@ def audit_cell(table: str | Path, row: str, column: str) -> tuple[list[str], int
             lines.append(f"  CHANGED {p} since the table was made (recorded {recorded[:12]}, now {sha256_path(p)[:12]})")
             problems += 1
             changed += 1
-        load = load_loglik_frame if p.stem == "loglik" else load_eval_frame  # as the table read it
-        values.append(float(load([p])[cell["metric"]].iloc[0]))
+        value = value_from_rows(p, cell["metric"])
+        if value is None:
+            lines.append(f"  NO ROWS {p}: its {cell['metric']} cannot be recomputed from per-problem results")
+            problems += 1
+        else:
+            values.append(value)
         sub, sub_problems = audit(p, 1)
         lines.extend(sub)
         problems += sub_problems
@@ -57,7 +79,7 @@ def audit_cell(table: str | Path, row: str, column: str) -> tuple[list[str], int
         d = cell["digits"]
         now = mean_std_text(s.mean(), s.std(), len(s), d)
         if now != cell["value"]:
-            lines.append(f"  CHANGED VALUE: the files now give {now}, the table says {cell['value']}")
+            lines.append(f"  CHANGED VALUE: the files' rows now give {now}, the table says {cell['value']}")
             problems += 1
         elif changed:
             # remade files (a rerun, new provenance) that give the same number: say so, the link is still stale

@@ -58,6 +58,17 @@ class RunStatus:
     hours: float               # wall hours the run has taken (every attempt's steps while unfinished)
     gpu_hours: float
     attempts: int
+    failed_to_learn: str | None = None   # why its selected checkpoint is no trained model (selected.json)
+
+
+def _failed_to_learn(run_dir: Path) -> str | None:
+    import json
+
+    selected = run_dir / paths.SELECTED
+    try:
+        return json.loads(selected.read_text()).get("failed_to_learn") if selected.is_file() else None
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def run_status(run_dir: Path, name: str, steps: int, gpus: int, bench: dict, now: float) -> RunStatus:
@@ -65,7 +76,10 @@ def run_status(run_dir: Path, name: str, steps: int, gpus: int, bench: dict, now
     of finished jobs (their benchmark files)."""
     done_metrics, resume = run_dir / paths.METRICS, run_dir / paths.RESUME
     attempts = read_jsonl(run_dir / paths.ATTEMPTS, while_written=True)
-    rows = read_jsonl(done_metrics if done_metrics.is_file() else resume / paths.METRICS, while_written=True)
+    # a run being (re)trained writes its resume state's metrics; the declared ones may be a previous run's,
+    # kept by Snakemake while a forced retrain runs
+    live = resume / paths.METRICS
+    rows = read_jsonl(live if live.is_file() else done_metrics, while_written=True)
     train = [r for r in rows if r.get("kind") == "train"]
     vals = [r for r in rows if r.get("kind") == "validation"]
     step = train[-1]["step"] if train else 0
@@ -93,7 +107,7 @@ def run_status(run_dir: Path, name: str, steps: int, gpus: int, bench: dict, now
                      reward=train[-1]["reward"] if train else None,
                      val=vals[-1]["val_greedy_accuracy"] if vals else None,
                      best=max(trained_vals) if trained_vals else None, eta_s=eta, hours=wall / 3600, gpu_hours=gpu_h,
-                     attempts=len(attempts))
+                     attempts=len(attempts), failed_to_learn=_failed_to_learn(run_dir) if state == "done" else None)
 
 
 def eval_state(result: Path, log: Path, now: float) -> str:
@@ -190,6 +204,11 @@ def status_text(status: dict) -> str:
         lines.append(f"{r.run:<44} {r.state:<8} {f'{r.step}/{r.steps}':>11} {_fmt(r.reward, '.1f'):>8} "
                      f"{_pct(r.val):>6} {_pct(r.best):>6} {_duration(r.eta_s):>7} {r.hours:>6.2f} {r.gpu_hours:>8.2f} "
                      f"{r.attempts:>8}")
+    flagged = [r for r in runs if r.failed_to_learn]
+    if flagged:
+        lines += ["", f"{len(flagged)} run(s) failed to learn (their cells are marked † in the tables and named in the "
+                      "verdicts that rest on them):"]
+        lines += [f"    {r.run}: {r.failed_to_learn}" for r in flagged]
     lines.append("")
     for kind in ("evaluate", "evaluate_loglik"):
         sub = [e for e in evals if e["kind"] == kind]

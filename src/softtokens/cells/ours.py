@@ -26,7 +26,8 @@ def seed_rows(eval_paths) -> pd.DataFrame:
     from pathlib import Path
 
     paths = [Path(p) for p in eval_paths]
-    keys = ["model", "train_dataset", "train_mode", "variant", "benchmark", "seed", "path", "n_problems"]
+    keys = ["model", "train_dataset", "train_mode", "variant", "benchmark", "seed", "path", "n_problems",
+            "failed_to_learn"]
     parts = []
     math_paths = [p for p in paths if p.stem != "loglik"]
     if math_paths:
@@ -44,7 +45,8 @@ def seed_rows(eval_paths) -> pd.DataFrame:
                                                     sampling_var=df["accuracy_var"], questions=df["accuracy_q"]))
         parts.append(df[keys + ["protocol"]].assign(setting="loglik", metric="nll_correct", value=df["nll_correct"],
                                                     sampling_var=df["nll_correct_var"], questions=df["nll_correct_q"]))
-    columns = [*CELL_KEYS, "seed", "value", "sampling_var", "n_problems", "protocol", "questions", "path"]
+    columns = [*CELL_KEYS, "seed", "value", "sampling_var", "n_problems", "protocol", "questions", "path",
+               "failed_to_learn"]
     if not parts:
         return pd.DataFrame(columns=columns)
     out = pd.concat(parts, ignore_index=True)
@@ -73,9 +75,10 @@ def aggregate(seeds: pd.DataFrame) -> pd.DataFrame:
     count ``n``, the mean sampling variance, ``se``, the per-seed values in seed order and the seeds
     (a claim calls two cells identical, so not informative, when the values are equal; one run's
     cells give a contrast's seed variance from them: verdict.uncertainty), the per-question values
-    averaged over seeds (``questions``: paired comparisons), the evaluation files."""
+    averaged over seeds (``questions``: paired comparisons), the evaluation files, and the seeds whose
+    run failed to learn (``failed_seeds``: cells.results.failed_to_learn; a verdict resting on them says so)."""
     columns = [*CELL_KEYS, "mean", "std", "n", "sampling_var", "se", "values", "seeds", "questions", "protocol",
-               "paths"]
+               "paths", "failed_seeds"]
     if seeds.empty:
         return pd.DataFrame(columns=columns)
     seeds = seeds.sort_values("seed")
@@ -88,6 +91,7 @@ def aggregate(seeds: pd.DataFrame) -> pd.DataFrame:
     out["questions"] = [_mean_questions(sub["questions"]) for _, sub in g]
     out["protocol"] = g["protocol"].agg(lambda s: next((p for p in s if p), None)).values
     out["paths"] = g["path"].agg(lambda s: sorted(s)).values
+    out["failed_seeds"] = [tuple(sub.seed[sub.failed_to_learn.fillna(False).astype(bool)]) for _, sub in g]
     base = out.train_mode == "none"
     out.loc[base, "std"] = out.loc[base, "std"].fillna(0.0)
     out["se"] = [cell_se(s, 1 if b else k, v) for s, k, v, b in zip(out["std"], out["n"], out["sampling_var"], base)]

@@ -10,6 +10,7 @@ ablations; percent except the NLL, which is in nats per token). Base models (``t
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 import pandas as pd
@@ -52,24 +53,120 @@ def paper_seeds(train_mode: str, variant: str = "") -> int:
 CELL_KEYS = ["model", "train_dataset", "train_mode", "variant", "benchmark", "setting", "metric"]
 
 
+# what the paper's tables hold, by name: a cell naming anything else is a typo or another paper
+PAPER_MODELS = ("llama-3b", "llama-8b", "qwen-3b")
+PAPER_TRAIN_SETS = ("gsm8k", "math", "deepscaler", "none")     # "none": a base model, not trained
+PAPER_BENCHMARKS = ("gsm8k", "math500", "olympiadbench", "arc", "hellaswag", "mmlu")
+PAPER_METRICS = ("pass@1", "pass@32", "accuracy", "nll_correct")
+# how many numbers each table prints (rows x columns, counted in the LaTeX source): a file that holds
+# fewer has lost cells, and each one lost is named where a verdict would have read it
+TABLE_CELLS = {"tab:main": 162, "table:stdbenchmarks": 108, "tab:gsm8k": 162, "tab:math500": 162,
+               "tab:olympiad": 162, "tab:scale": 36, "tab:temp": 36, "tab:placement": 81}
+ROW_KEYS = ["model", "train_dataset", "train_mode", "variant"]
+COLUMN_KEYS = ["benchmark", "setting", "metric"]
+
+
+class PaperResultsError(ValueError):
+    """A paper-numbers file that cannot be what the paper printed; the message names file:line."""
+
+
+def _known(path, df: pd.DataFrame) -> list[str]:
+    from softtokens.run.names import MODES, SETTING_NAMES
+
+    allowed = {"model": PAPER_MODELS, "train_dataset": PAPER_TRAIN_SETS, "train_mode": (*MODES, "none"),
+               "benchmark": PAPER_BENCHMARKS, "setting": (*SETTING_NAMES, "loglik"), "metric": PAPER_METRICS,
+               "table": tuple(TABLES)}
+    out = []
+    for i, row in enumerate(df.to_dict("records")):
+        line = i + 2   # the header is line 1
+        for column, known in allowed.items():
+            if row[column] not in known:
+                close = difflib.get_close_matches(str(row[column]), known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
+                out.append(f"{path}:{line}: {column} {row[column]!r} is not one of the paper's{hint}")
+        if row["variant"] and row["variant"] not in VARIANTS:
+            out.append(f"{path}:{line}: ablation row {row['variant']!r} has no variant key (VARIANTS)")
+        for column in ("mean", "std"):
+            try:
+                value = float(row[column])
+            except (TypeError, ValueError):
+                out.append(f"{path}:{line}: {column} {row[column]!r} is not a number")
+                continue
+            if value != value or value in (float("inf"), float("-inf")):
+                out.append(f"{path}:{line}: {column} {row[column]!r} is not a finite number")
+            elif column == "std" and value < 0:
+                out.append(f"{path}:{line}: std {value} is negative")
+        if (row["train_mode"] == "none") != (row["train_dataset"] == "none"):
+            out.append(f"{path}:{line}: a base model has train_dataset and train_mode 'none', a trained one neither")
+    return out
+
+
+def _duplicates(path, df: pd.DataFrame) -> list[str]:
+    """One cell printed twice in one table (two tables may print a cell: verdict.reproduction)."""
+    out = []
+    keys = ["table", *CELL_KEYS]
+    first: dict[tuple, int] = {}
+    for i, row in enumerate(df[keys].itertuples(index=False, name=None)):
+        if row in first:
+            out.append(f"{path}:{i + 2}: the cell of line {first[row]} again ({', '.join(map(str, row))})")
+        else:
+            first[row] = i + 2
+    return out
+
+
+def missing_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """The cells each table prints that the file lacks: a table is rows x columns, so a row (model,
+    training set, mode, variant) present in it is expected in every column present in it; a trained
+    (model, training set) is expected in every mode the table trains. Rows ``table`` + CELL_KEYS."""
+    out = []
+    for table, sub in df.groupby("table", sort=False):
+        rows = set(map(tuple, sub[ROW_KEYS].values))
+        trained_modes = {r[2] for r in rows if r[2] != "none"}
+        if not set(sub.variant) - {""}:   # a main table: every mode of every trained pair
+            rows |= {(m, d, mode, "") for m, d, _, _ in rows if d != "none" for mode in trained_modes}
+        columns = set(map(tuple, sub[COLUMN_KEYS].values))
+        have = set(map(tuple, sub[CELL_KEYS].values))
+        out += [(table, *r, *c) for r in sorted(rows) for c in sorted(columns) if (*r, *c) not in have]
+    return pd.DataFrame(out, columns=["table", *CELL_KEYS])
+
+
 def load_paper_results(path: str | Path = PAPER_RESULTS) -> pd.DataFrame:
     """One row per published cell: ``table``, the CELL_KEYS (``variant`` in our naming, the paper's
-    label in ``paper_variant``), ``mean``, ``std``, ``highlight``."""
-    df = pd.read_csv(path, dtype={"variant": str, "highlight": str}, keep_default_na=False)
+    label in ``paper_variant``), ``mean``, ``std``, ``highlight``. Checked as it is read: known
+    models, training sets, benchmarks, settings, metrics and tables, numbers that are numbers, no cell
+    twice in one table (each mistake named by file:line). Cells a table prints that the file lacks are
+    listed in ``attrs["missing"]`` (missing_cells), for the verdicts that would have read them."""
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise PaperResultsError(f"{path}: cannot be read as CSV ({err})") from None
     missing = {"table", *CELL_KEYS, "mean", "std"} - set(df.columns)
     if missing:
-        raise ValueError(f"{path}: missing columns {sorted(missing)}")
-    unknown = set(df.table) - set(TABLES)
-    if unknown:
-        raise ValueError(f"{path}: unknown tables {sorted(unknown)} (known: {', '.join(TABLES)})")
-    unmapped = set(df.variant) - set(VARIANTS) - {""}
-    if unmapped:
-        raise ValueError(f"{path}: ablation rows with no variant key: {sorted(unmapped)}")
+        raise PaperResultsError(f"{path}:1: missing columns {sorted(missing)}")
+    if "highlight" not in df:
+        df["highlight"] = ""
+    problems = _known(path, df) + _duplicates(path, df)
+    if problems:
+        shown = "\n  ".join(problems[:20]) + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else "")
+        raise PaperResultsError(f"{path}: {len(problems)} problem(s) with the paper's numbers:\n  {shown}")
     df["paper_variant"] = df["variant"]
     df["variant"] = df["variant"].map(lambda v: VARIANTS.get(v, v))
     df["mean"] = df["mean"].astype(float)
     df["std"] = df["std"].astype(float)
+    df.attrs["missing"] = missing_cells(df)
+    df.attrs["source"] = str(path)
     return df
+
+
+def missing_text(paper: pd.DataFrame) -> str:
+    """The paper's cells this file lacks, per table, in words ("" when it holds every one)."""
+    lost = paper.attrs.get("missing")
+    counts = paper.groupby("table").size()
+    short = {t: n - int(counts.get(t, 0)) for t, n in TABLE_CELLS.items() if int(counts.get(t, 0)) < n}
+    if (lost is None or lost.empty) and not short:
+        return ""
+    parts = [f"{t}: {n} of its {TABLE_CELLS[t]} numbers missing" for t, n in short.items()]
+    return f"{paper.attrs.get('source', 'the paper-numbers file')} lacks cells the paper prints ({'; '.join(parts)})"
 
 
 def attainable(value: float, denominator: int, decimals: int) -> bool:

@@ -34,10 +34,13 @@ def main_cells(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["variant"] == ""] if "variant" in df else df
 
 
-def _below_base(result: dict) -> bool:
-    """The evaluated checkpoint scored below its base model on greedy validation (selection
-    never picks the base itself, so a run that only hurt reports its best trained step)."""
+def failed_to_learn(result: dict) -> bool:
+    """The evaluated checkpoint's run failed to learn (train.selection.select_best): its best trained
+    step scored below its base model on greedy validation (selection never picks the base itself, so
+    a run that only hurt reports its best trained step), or at or below the floor (a diverged run)."""
     sel = result.get("selection") or {}
+    if sel.get("failed_to_learn"):
+        return True
     base = sel.get("base_val_greedy_accuracy")
     return base is not None and sel.get("val_greedy_accuracy") is not None and sel["val_greedy_accuracy"] < base
 
@@ -77,7 +80,7 @@ def load_eval_frame(paths: list[Path]) -> pd.DataFrame:
                      "pass@1_var": _sampling_var(p1), "pass@n_var": _sampling_var(pn),
                      "pass@1_q": per_question(problems, p1), "pass@n_q": per_question(problems, pn),
                      "n": n, "n_problems": res.get("n_problems", len(problems)),
-                     "mean_cot_length": res["mean_cot_length"], "below_base": _below_base(res), "path": str(p)})
+                     "mean_cot_length": res["mean_cot_length"], "failed_to_learn": failed_to_learn(res), "path": str(p)})
     return pd.DataFrame(rows)
 
 
@@ -97,5 +100,5 @@ def load_loglik_frame(paths: list[Path]) -> pd.DataFrame:
                      "nll_correct_var": _sampling_var([pr["nll_correct"] for pr in problems]),
                      "accuracy_q": per_question(problems, correct),
                      "nll_correct_q": per_question(problems, [pr["nll_correct"] for pr in problems]),
-                     "n_problems": res["n_problems"], "below_base": _below_base(res), "path": str(p)})
+                     "n_problems": res["n_problems"], "failed_to_learn": failed_to_learn(res), "path": str(p)})
     return pd.DataFrame(rows)

@@ -52,7 +52,7 @@ def selection_record(a) -> dict:
         return {}
     chosen = json.loads(Path(a.selected).read_text())
     return {"selection": {k: chosen.get(k) for k in ("step", "val_greedy_accuracy", "base_val_greedy_accuracy",
-                                                      "improved_over_base")}}
+                                                      "improved_over_base", "failed_to_learn")}}
 
 
 def model_to_evaluate(a) -> tuple[str, dict]:
@@ -63,7 +63,7 @@ def model_to_evaluate(a) -> tuple[str, dict]:
 
         model_path = json.loads(Path(a.selected).read_text())["checkpoint"]
         try:
-            verify_checkpoint(model_path)
+            verify_checkpoint(model_path)  # sizes and the record here; every byte as it loads (model.loading)
         except CheckpointError as err:
             raise SystemExit(f"error: {err}") from None
         return model_path, {"selected": a.selected, "checkpoint": model_path}

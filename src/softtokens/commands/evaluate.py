@@ -44,7 +44,7 @@ def cmd_evaluate(a) -> None:
                           placement=placement_of(s))
         if not inputs:
             prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
-        write_json(out, {**result, **selection_record(a), "provenance": prov.record()})
+        write_json(out, prov.embedded({**result, **selection_record(a)}))
         print(f"{setting}: pass@1 {result['pass@1']:.3f}, pass@{result['n_samples']} "
               f"{result['pass@k'][str(result['n_samples'])]:.3f}, grading time-outs {result['grading_timeouts']} "
               f"({result['seconds']} s); sigma {result['sigma']:.4g}, set by {result['sigma_source']}", flush=True)
@@ -67,7 +67,7 @@ def cmd_evaluate_loglik(a) -> None:
                           s["batch_size"], s["loglik_batch_size"], s["dtype"], a.threads)
     if not inputs:
         prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
-    write_json(a.out, {**result, **selection_record(a), "provenance": prov.record()})
+    write_json(a.out, prov.embedded({**result, **selection_record(a)}))
     print(f"{s['protocol']} accuracy {result['accuracy']:.4f} (cloze {result['accuracy_cloze']:.4f}), "
           f"NLL of the correct answer {result['nll_correct']:.3f} nats/token ({result['seconds']} s)")
 

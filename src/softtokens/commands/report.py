@@ -9,17 +9,21 @@ from softtokens.commands.common import grid_config, parse_settings
 
 
 def cmd_tables(a) -> None:
+    from softtokens.audit.inputs import refuse_bad_inputs
     from softtokens.report.tables import write_tables
 
+    refuse_bad_inputs(a.inputs, "tables")
     write_tables([Path(p) for p in a.inputs], Path(a.out_dir), parse_settings(a.settings),
                  names=a.table or None)
 
 
 def cmd_figures(a) -> None:
+    from softtokens.audit.inputs import refuse_bad_inputs
     from softtokens.report.figures import write_figure, write_figures
 
     settings = parse_settings(a.settings)
     metrics, evals = [Path(p) for p in a.metrics], [Path(p) for p in a.evals]
+    refuse_bad_inputs(metrics + evals, "figures")
     if settings.get("figure"):
         write_figure(settings["figure"], metrics, evals, Path(a.out_dir), settings)
     else:
@@ -27,16 +31,26 @@ def cmd_figures(a) -> None:
 
 
 def cmd_ablations(a) -> None:
+    from softtokens.audit.inputs import refuse_bad_inputs
     from softtokens.report.ablations import write_ablations
 
+    refuse_bad_inputs([*a.evals, *a.metrics], "ablations")
     write_ablations([Path(p) for p in a.evals], [Path(p) for p in a.metrics], Path(a.tables_dir),
                     Path(a.figures_dir), parse_settings(a.settings))
 
 
 def cmd_report(a) -> None:
+    from softtokens.audit.inputs import refuse_bad_inputs
     from softtokens.report.page import write_report
 
-    data = write_report([Path(p) for p in a.inputs], Path(a.bench_dir), Path(a.out_dir), parse_settings(a.settings))
+    from softtokens.cells.paper import PaperResultsError
+
+    refuse_bad_inputs(a.inputs, "report")
+    try:
+        data = write_report([Path(p) for p in a.inputs], Path(a.bench_dir), Path(a.out_dir),
+                            parse_settings(a.settings))
+    except PaperResultsError as err:
+        raise SystemExit(f"report: refused the paper's numbers; no output was written:\n{err}") from None
     for c in data["claims_ours"]:
         print(f"{c.summary():<26} {c.statement}")
 
@@ -49,7 +63,7 @@ def cmd_status(a) -> None:
 
 
 def cmd_audit(a) -> int:
-    from softtokens.run.provenance import audit
+    from softtokens.audit.chain import audit
 
     if (a.row is None) != (a.column is None):
         raise SystemExit("--row and --column go together (one table cell)")

@@ -80,25 +80,36 @@ def cmd_train(a) -> None:
     extra = {"attempts": attempts, "embedding_scale": trainer.embedding_scale, "sigma": trainer.sigma,
              "noise": trainer.noise, "best_val": trainer.best_val, "base_val": trainer.base_val}
     prov.write_sidecar(a.metrics, extra=extra)
-    for name in ("best", "latest"):
-        prov.write_sidecar(Path(a.checkpoints) / name, extra=extra)
-    prov.write_sidecar(a.checkpoints, extra=extra)
+    from softtokens.model.checkpoint import manifest_sha256
+
+    for name in ("best", "latest"):  # the directories' hashes from their manifests: no second read of the weights
+        prov.write_sidecar(Path(a.checkpoints) / name, extra=extra, sha256=manifest_sha256(Path(a.checkpoints) / name))
+    prov.write_sidecar(a.checkpoints, extra=extra, sha256=manifest_sha256(a.checkpoints, ("best", "latest")))
 
 
 def cmd_select(a) -> None:
     from softtokens.run.files import read_jsonl, write_json
     from softtokens.run.provenance import Provenance
-    from softtokens.train.selection import check_checkpoint, select_best
+    from softtokens.train.selection import FLOOR, CheckpointError, check_checkpoint, select_best, verify_checkpoint
 
     metrics = read_jsonl(Path(a.metrics))
     best_ckpt = Path(a.checkpoints) / "best"
+    try:
+        verify_checkpoint(best_ckpt, content=True)  # every byte, before an evaluation rests on it
+    except CheckpointError as err:
+        raise SystemExit(f"error: {err}") from None
     prov = Provenance("select_checkpoint", {"rule": "max greedy validation accuracy over trained steps (>= 1), "
-                                                    "earliest step on ties; step 0 (the base) is the reference"},
+                                                    "earliest step on ties; step 0 (the base) is the reference",
+                                            "failed_to_learn": f"below the base model's validation, or at or below "
+                                                               f"{FLOOR:g}"},
                       inputs={"metrics": a.metrics, "checkpoints": a.checkpoints})
     chosen = select_best(metrics)
     check_checkpoint(best_ckpt, chosen["step"])
-    write_json(a.out, {**chosen, "checkpoint": best_ckpt.as_posix(), "provenance": prov.record()})
+    write_json(a.out, prov.embedded({**chosen, "checkpoint": best_ckpt.as_posix()}))
     print(json.dumps(chosen))
+    if chosen["failed_to_learn"]:
+        print(f"WARNING: {Path(a.metrics).parent}: failed to learn: {chosen['failed_to_learn']}; its cells are "
+              "marked in the tables and named in every verdict that rests on them", flush=True)
 
 
 def cmd_plan_claims(a) -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from softtokens.model.checkpoint import ContentCheck, TrainerState
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
@@ -26,19 +28,37 @@ def load_tokenizer(name_or_path: str):
 
 def load_model(name_or_path: str | Path, dtype: str = "float32", device: str | torch.device = "cpu"):
     """A causal LM from a hub id (e.g. meta-llama/Llama-3.2-3B-Instruct) or a local directory
-    written by save_pretrained; the toy base and every checkpoint load through here."""
+    written by save_pretrained; the toy base and every checkpoint load through here. A training
+    checkpoint (one with a manifest: model.checkpoint) is checked against it while it loads, and
+    refused, naming the file, when a byte differs from what its training wrote."""
     from transformers import AutoModelForCausalLM
 
+    check = ContentCheck(name_or_path) if TrainerState.exists(name_or_path) else None
     try:
         model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=DTYPES[dtype])
     except OSError as err:  # a missing or unreadable directory, an id the hub cannot serve (offline)
+        _refuse_damaged(check)
         raise ModelLoadError(f"cannot load the model {str(name_or_path)!r}: {err}. A hub id needs the network or "
                              "a filled HF cache (HF_HOME); on a node without internet, set the model's `source:` in "
                              "config.yaml to a local directory written by save_pretrained.") from None
     except Exception as err:  # a damaged weights file (safetensors: "incomplete metadata", ...)
+        _refuse_damaged(check)
         raise ModelLoadError(f"cannot load the model {str(name_or_path)!r}: {type(err).__name__}: {err} "
                              "(a truncated or damaged weights file?)") from None
+    _refuse_damaged(check)
     return model.to(device)
+
+
+class CheckpointDamaged(OSError):
+    """A checkpoint whose files are not the bytes its training wrote; the message names the file."""
+
+
+def _refuse_damaged(check: ContentCheck | None) -> None:
+    problem = check.problem() if check is not None else None
+    if problem:
+        raise CheckpointDamaged(f"checkpoint {check.checkpoint} refused: {problem}. Nothing was computed from it. "
+                                "Restore the file, or retrain the run (snakemake --forcerun train <its "
+                                "metrics.jsonl>).")
 
 
 class ModelLoadError(OSError):

@@ -59,7 +59,9 @@ def claims_frame(theirs: list, ours: list | None = None) -> pd.DataFrame:
         if ours is not None:
             o = ours[i]
             row = {"claim": o.statement, **{k: v for k, v in row.items() if k != "claim"},
-                   "verdict (ours)": o.verdict, "specifications (ours)": robustness(o)}
+                   "verdict (ours)": o.verdict + (f" (rests on {len(o.failed_runs)} run(s) that failed to learn)"
+                                                  if o.failed_runs else ""),
+                   "specifications (ours)": robustness(o)}
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -78,6 +80,10 @@ def answer(data: dict) -> str:
     undecided = [c.key for c in data["claims_paper"] if c.verdict == judging.UNDECIDED]
     text = (f"**The answer.** On the paper's own numbers: {_tally(data['claims_paper'])}. On this grid's numbers: "
             f"{_tally(data['claims_ours'])}.")
+    failed = sorted({r for c in data["claims_ours"] for r in c.failed_runs})
+    if failed:
+        text += (f" {len(failed)} of this grid's runs failed to learn (their best trained step validates below their base "
+                 f"model, or answers no validation question: {', '.join(failed)}); the verdicts resting on them say so.")
     if undecided:
         text += (f" Undecided means the evidence is short either way ({', '.join(f'`{k}`' for k in undecided)} on the "
                  f"paper's numbers): each such claim says below what would decide it.")

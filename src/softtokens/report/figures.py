@@ -28,10 +28,11 @@ GREEDY_DODGE = 0.09
 
 def _save_fig(fig, path: Path, prov: Provenance) -> None:
     """The PNG and, beside it, a PDF (vector, for a paper)."""
-    for p, fmt in ((path, "png"), (path.with_suffix(".pdf"), "pdf")):
+    both = ((path, "png"), (path.with_suffix(".pdf"), "pdf"))
+    for p, fmt in both:
         with atomic_path(p) as tmp:
             fig.savefig(tmp, format=fmt, dpi=120, bbox_inches="tight")
-        prov.write_sidecar(p)
+        prov.write_sidecar(p, outputs=[q for q, _ in both])
 
 
 # a line of the entropy profile is drawn where at least this many of its CoTs reach the position

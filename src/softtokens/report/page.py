@@ -389,5 +389,5 @@ def write_report(eval_paths: list[Path], bench_dir: Path, out_dir: Path, setting
         raise AssertionError(f"the report writes {sorted(outputs)}, the layout names {sorted(paths.REPORT_FILES)}")
     for name, text in outputs.items():
         write_text(out_dir / name, text)
-        prov.write_sidecar(out_dir / name)
+        prov.write_sidecar(out_dir / name, outputs=[out_dir / n for n in outputs])
     return data

@@ -61,14 +61,15 @@ def _training_label(row) -> str:
 
 def below_base_note(df: pd.DataFrame) -> str:
     """The footnote for table rows marked BELOW_BASE_MARK, naming each row and its seeds."""
-    marked = df[df.below_base].groupby(["model", "train_dataset", "train_mode"]).seed.unique()
+    marked = df[df.failed_to_learn].groupby(["model", "train_dataset", "train_mode"]).seed.unique()
     if marked.empty:
         return ""
     seeds = df.groupby(["model", "train_dataset", "train_mode"]).seed.nunique()
     rows = "; ".join(f"{m} {d} {mode}: seed {', '.join(map(str, sorted(s)))} of {seeds[(m, d, mode)]}"
                      for (m, d, mode), s in marked.items())
-    return (f" {BELOW_BASE_MARK} The selected checkpoint (best greedy validation among trained steps; the base "
-            f"model at step 0 is never selected) scored below the base model on greedy validation for: {rows}.")
+    return (f" {BELOW_BASE_MARK} Failed to learn: the selected checkpoint (best greedy validation among trained "
+            f"steps; the base model at step 0 is never selected) scored below the base model on greedy validation, or "
+            f"answered no validation question, for: {rows}.")
 
 
 def _order(df: pd.DataFrame) -> pd.DataFrame:
@@ -124,7 +125,7 @@ def _wide(df: pd.DataFrame, cols: dict, by_benchmark: bool = True, digits: int =
             cells[(_row_label(r), col)] = {"value": rec[col], "setting": setting, "metric": metric,
                                            "digits": digits, "evals": sorted(rows["path"])}
     table = _order(pd.DataFrame(records.values()))
-    below = set(map(tuple, df.loc[df.below_base, keys].drop_duplicates().itertuples(index=False)))
+    below = set(map(tuple, df.loc[df.failed_to_learn, keys].drop_duplicates().itertuples(index=False)))
     table.insert(1, "training", table.apply(
         lambda r: _training_label(r) + (f" {BELOW_BASE_MARK}" if tuple(r[k] for k in keys) in below else ""), axis=1))
     table = table.drop(columns=["train_dataset", "train_mode"]).rename(columns={"_seeds": "seeds"})
@@ -157,23 +158,17 @@ def table_html(table: pd.DataFrame, caption: str) -> str:
 
 
 def write_table(table: pd.DataFrame, out_dir: Path, name: str, caption: str, prov: Provenance) -> list[Path]:
-    written = []
     # disable_numparse: a cell is printed text ("38.3", "56.2±3.3"), never re-read as a number ("0.0" -> 0)
-    texts = {"md": f"{caption}\n\n" + table.to_markdown(index=False, disable_numparse=True) + "\n",
-             "tex": _to_latex(table, caption), "csv": table.to_csv(index=False), "html": table_html(table, caption)}
-    for ext in paths.TABLE_EXTS:
-        text = texts[ext]
-        path = out_dir / f"{name}.{ext}"
-        write_text(path, text)
-        prov.write_sidecar(path)
-        written.append(path)
+    texts = {out_dir / f"{name}.{ext}": text for ext, text in (
+        ("md", f"{caption}\n\n" + table.to_markdown(index=False, disable_numparse=True) + "\n"),
+        ("tex", _to_latex(table, caption)), ("csv", table.to_csv(index=False)), ("html", table_html(table, caption)))}
     if table.attrs.get("cells"):
         cells = [{"row": row, "column": col, **cell} for (row, col), cell in table.attrs["cells"].items()]
-        path = out_dir / f"{name}.{paths.CELLS_EXT}"
-        write_text(path, json.dumps(cells, indent=1) + "\n")
-        prov.write_sidecar(path)
-        written.append(path)
-    return written
+        texts[out_dir / f"{name}.{paths.CELLS_EXT}"] = json.dumps(cells, indent=1) + "\n"
+    for path, text in texts.items():
+        write_text(path, text)
+        prov.write_sidecar(path, outputs=list(texts))   # each file's record names the table's whole set
+    return list(texts)
 
 
 def write_tables(eval_paths: list[Path], out_dir: Path, settings: dict, names: list[str] | None = None) -> list[str]:

@@ -12,12 +12,15 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-# a result that is not JSON (JSONL, tables, figures, checkpoint directories) has its provenance
-# record beside it, in <name>.prov.json
+# a result that is not JSON (JSONL, tables, figures) has its provenance record beside it, in
+# <name>.prov.json; a directory (a checkpoint) holds its record inside, in provenance.json
+# (run.provenance.record_path decides which, for writers and readers alike)
 SIDECAR_SUFFIX = ".prov.json"
+DIR_RECORD = "provenance.json"
 
 
 def _umask() -> int:
@@ -32,9 +35,31 @@ def shared_mode(path: Path, directory: bool = False) -> None:
     os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
 
 
+def fsync_path(path: str | os.PathLike) -> None:
+    """Ask the kernel to put a file's (or a directory's entries') bytes on the disk: a rename is
+    atomic, but without this a power loss can leave the renamed file with zeros where its data was."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: str | os.PathLike) -> None:
+    """fsync every file under ``root`` and every directory (its entries), deepest first, then ``root``."""
+    root = Path(root)
+    for f in root.rglob("*"):
+        if f.is_file() and not f.is_symlink():
+            fsync_path(f)
+    for d in sorted((d for d in root.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
+        fsync_path(d)
+    fsync_path(root)
+
+
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary sibling path; rename it onto ``path`` only if the block succeeds."""
+def atomic_path(path: str | os.PathLike, durable: bool = False) -> Iterator[Path]:
+    """Yield a temporary sibling path; rename it onto ``path`` only if the block succeeds. ``durable``:
+    the file is fsync'd before the rename and its directory after (what a power loss must not undo)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -43,7 +68,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     shared_mode(tmp_path)
     try:
         yield tmp_path
+        if durable:
+            fsync_path(tmp_path)
         os.replace(tmp_path, path)
+        if durable:
+            fsync_path(path.parent)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
@@ -69,13 +98,13 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(tmp)
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
+def write_text(path: str | os.PathLike, text: str, durable: bool = False) -> None:
+    with atomic_path(path, durable) as tmp:
         tmp.write_text(text)
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    write_text(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
+def write_json(path: str | os.PathLike, obj: Any, durable: bool = False) -> None:
+    write_text(path, json.dumps(obj, indent=1, sort_keys=False) + "\n", durable)
 
 
 def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
@@ -91,50 +120,95 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def sha256_path(path: str | os.PathLike) -> str:
-    """sha256 of a file, or of a directory as the hash of its files' (relative path, sha256)
-    list; provenance sidecars inside are left out so stamping a directory does not change it."""
-    path = Path(path)
-    if path.is_file():
-        return sha256_file(path)
+def sha256_files(paths: list[Path], workers: int | None = None) -> list[str]:
+    """sha256 of several files at once, one thread each up to ``workers`` (hashlib releases the GIL:
+    the threads hash on as many cores), in the order given."""
+    if len(paths) <= 1:
+        return [sha256_file(p) for p in paths]
+    workers = workers or min(len(paths), os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(sha256_file, paths))
+
+
+# written into a directory output by Snakemake after its job: a marker of when, not content
+SNAKEMAKE_MARKERS = (".snakemake_timestamp",)
+
+
+def hashed_files(path: Path) -> list[Path]:
+    """The files a directory's hash covers: every file, provenance records inside left out (stamping
+    a directory does not change it), and Snakemake's timestamp marker (written after the job)."""
+    return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.endswith(SIDECAR_SUFFIX)
+                  and p.name != DIR_RECORD and p.name not in SNAKEMAKE_MARKERS)
+
+
+def directory_sha256(file_hashes: dict[str, str]) -> str:
+    """A directory's sha256 from its files' (relative path -> sha256): the hash of the sorted
+    'path NUL sha256 LF' lines. Why a function: the directory hash a provenance record holds can be
+    recomputed from a checkpoint's manifest (model.checkpoint) without reading its files again."""
     h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        if f.name.endswith(SIDECAR_SUFFIX) or f.name == "provenance.json":
-            continue
-        h.update(f"{f.relative_to(path).as_posix()}\0{sha256_file(f)}\n".encode())
+    for rel in sorted(file_hashes):
+        h.update(f"{rel}\0{file_hashes[rel]}\n".encode())
     return h.hexdigest()
 
 
-def replace_dir(tmp: Path, final: Path) -> None:
-    """Put a finished directory in place: the old one is moved aside before the new one is
-    renamed in, so a crash in between leaves ``final`` or ``.final.old`` (recover_dir)."""
-    old = final.with_name(f".{final.name}.old")
-    if old.exists():
-        shutil.rmtree(old)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    if old.exists():
-        shutil.rmtree(old)
+def sha256_path(path: str | os.PathLike) -> str:
+    """sha256 of a file, or of a directory (directory_sha256 of hashed_files, hashed in parallel)."""
+    path = Path(path)
+    if path.is_file():
+        return sha256_file(path)
+    files = hashed_files(path)
+    return directory_sha256({f.relative_to(path).as_posix(): h for f, h in zip(files, sha256_files(files))})
 
 
-def recover_dir(final: Path) -> None:
-    """After a crash inside replace_dir: bring back the previous directory."""
-    old = final.with_name(f".{final.name}.old")
-    if not final.exists() and old.exists():
-        os.replace(old, final)
+class JsonlError(ValueError):
+    """A line of a JSONL file that is not JSON; the message names the file and the line."""
+
+
+def _parse(path: Path, number: int, line: str) -> dict:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as err:
+        raise JsonlError(f"{path}:{number}: not valid JSON ({err.msg} at column {err.colno})") from None
 
 
 def read_jsonl(path: Path, while_written: bool = False) -> list[dict]:
     """One dict per line. ``while_written``: the file may be read as a running job appends to it,
-    so a last line half-way through being written is left out (any other bad line still raises)."""
+    so a last line half-way through being written is left out (any other bad line still raises,
+    naming the file and line)."""
     if not path.exists():
         return []
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    rows = [json.loads(line) for line in (lines[:-1] if while_written else lines)]
+    lines = [(i, line) for i, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    rows = [_parse(path, i, line) for i, line in (lines[:-1] if while_written else lines)]
     if while_written and lines:
         try:
-            rows.append(json.loads(lines[-1]))
+            rows.append(json.loads(lines[-1][1]))
         except json.JSONDecodeError:
             pass
     return rows
+
+
+def cut_partial_tail(path: Path) -> str | None:
+    """An append-only log whose last line is not JSON was cut off mid-write (a kill or a power loss
+    during an append): that line is removed, durably, and the warning naming the file is returned
+    (None when the log is whole). A bad line before the last is not an interrupted append: it raises."""
+    if not path.is_file():
+        return None
+    text = path.read_text()
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        return None
+    try:
+        json.loads(lines[-1])
+    except json.JSONDecodeError:
+        cut = lines.pop()
+        for i, line in enumerate(lines, 1):
+            if line.strip():
+                _parse(path, i, line)
+        write_text(path, "".join(line + "\n" for line in lines), durable=True)
+        return (f"WARNING: {path}: its last line ({len(cut)} characters, line {len(lines) + 1}) was cut off "
+                f"mid-write by an interrupted run; removed, the {len(lines)} whole lines before it kept")
+    if not text.endswith("\n"):  # a whole row whose newline was lost: the next append would join it
+        write_text(path, text + "\n", durable=True)
+    return None

@@ -135,7 +135,11 @@ class GridJobs(GridTargets):
     def reproduction_settings(self) -> str:
         # the config itself: the report's cost forecast (cost.forecast) recomputes every job's
         return dumps({"grid": self.name, "toy": "toy_base" in self.grid, "gpus": self.ledger_gpus(),
-                      "config": self.config})
+                      "config": self.config, **self.paper_results()})
+
+    def paper_results(self) -> dict:
+        """The paper-numbers file the config names instead of the shipped one ({} for the shipped)."""
+        return {"paper_results": self.config["paper_results"]} if self.config.get("paper_results") else {}
 
     def eval_model_input(self, model: str, trained: str) -> list[str]:
         if trained == "base":

@@ -135,6 +135,15 @@ def eval_run(keys: dict) -> Run | None:
                int(keys["seed"]))
 
 
+def selection_of_eval(path: str | Path) -> Path | None:
+    """The selected.json of the run an evaluation file evaluates (None for a base model): the file its
+    record must name (audit.links)."""
+    p = Path(path)
+    run = eval_run(parse_eval_path(p))
+    results = p.parents[4].as_posix()   # {results}/eval/{model}/{trained}/{benchmark}/{file}
+    return None if run is None else Path(run_dir(results, run)) / SELECTED
+
+
 # Snakemake patterns of the same paths (wildcards in braces), for the rules' inputs and outputs
 def run_pattern(results: str) -> str:
     return f"{results}/runs/{{model}}/{{dataset}}/{{arm}}/seed{{seed}}"

@@ -1,9 +1,11 @@
 """Provenance records, so every number can be traced to the data, code and machine behind it.
 
-A result file either embeds its record (JSON results: key ``provenance``) or sits beside a
-sidecar ``<name>.prov.json`` (JSONL, tables, figures, checkpoint directories). A record names
-the sha256 of each input, so ``softtokens audit`` can walk a table back to the data and say
-where a link is missing or an input changed since.
+Where a result's record lives is decided in one place (``record_path``), for writers and readers
+alike: a JSON result embeds it (key ``provenance``, with the sha256 of the whole document less that
+one hash: ``content_sha256``), a directory (a checkpoint) holds it inside (``provenance.json``), any
+other file has a sidecar ``<name>.prov.json`` (with the file's sha256: ``output``). A record names the
+sha256 of each input and the hash of its own config, so ``softtokens audit`` (audit.chain) can walk a
+table back to the data and say where a link is missing, an input changed, or a record was edited.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from softtokens import __version__
-from softtokens.run.files import SIDECAR_SUFFIX, sha256_path, write_json
+from softtokens.run.files import DIR_RECORD, SIDECAR_SUFFIX, sha256_path, write_json
 
 _LIBRARIES = ("torch", "transformers", "accelerate", "snakemake", "math_verify", "datasets", "pandas")
 
@@ -130,17 +132,66 @@ class Provenance:
             rec.update(extra)
         return rec
 
-    def write_sidecar(self, result_path: str | os.PathLike, extra: dict | None = None) -> None:
+    def write_sidecar(self, result_path: str | os.PathLike, extra: dict | None = None,
+                      sha256: str | None = None, outputs: list | None = None) -> None:
+        """The record of a file or a directory, where record_path puts it, with the output's sha256
+        (``sha256``: already computed, e.g. from a checkpoint's manifest: model.checkpoint) and the
+        job's whole output set (``outputs``: a table's md, tex, csv, html and cells.json), so that
+        the audit of any one of them misses none."""
         rec = self.record(extra)
-        rec["output"] = {"path": _rel(result_path), "sha256": sha256_path(result_path)}
-        target = Path(result_path)
-        if target.is_dir():
-            write_json(target / "provenance.json", rec)
-        else:
-            write_json(sidecar_path(target), rec)
+        rec["output"] = {"path": _rel(result_path), "sha256": sha256 or sha256_path(result_path)}
+        if outputs:
+            rec["outputs"] = [_rel(o) for o in outputs]
+        write_json(record_path(result_path), rec)
+
+    def embedded(self, result: dict, extra: dict | None = None) -> dict:
+        """``result`` with this record embedded, and the document's own hash in it (embed)."""
+        return embed(result, self.record(extra))
+
+
+CONTENT_HASH = "content_sha256"   # in an embedded record: the sha256 of the document without this field
+
+
+def content_sha256(document: dict) -> str:
+    """The hash a JSON result's embedded record holds of the whole document (its numbers, its
+    per-problem rows and the record itself), less that hash: any edit of the file changes it."""
+    doc = dict(document)
+    rec = doc.get("provenance")
+    if isinstance(rec, dict):
+        doc["provenance"] = {k: v for k, v in rec.items() if k != CONTENT_HASH}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def embed(result: dict, record: dict) -> dict:
+    """A JSON result with its record embedded (key ``provenance``) and stamped with content_sha256."""
+    doc = {**result, "provenance": record}
+    doc["provenance"] = {**record, CONTENT_HASH: content_sha256(doc)}
+    return doc
+
+
+def record_path(path: str | os.PathLike) -> Path:
+    """Where the provenance record of ``path`` lives: inside a directory (provenance.json), inside a
+    JSON result that embeds one (the file itself), else the sidecar <name>.prov.json. The one rule
+    writers (write_sidecar) and readers (read_record, train.selection) follow."""
+    path = Path(path)
+    if path.is_dir():
+        return path / DIR_RECORD
+    side = path.with_name(path.name + SIDECAR_SUFFIX)
+    if path.suffix == ".json" and not side.exists() and _embeds_record(path):
+        return path
+    return side
+
+
+def _embeds_record(path: Path) -> bool:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(obj, dict) and isinstance(obj.get("provenance"), dict)
 
 
 def sidecar_path(path: str | os.PathLike) -> Path:
+    """The sidecar of a file that does not embed its record (record_path for any path)."""
     path = Path(path)
     return path.with_name(path.name + SIDECAR_SUFFIX)
 
@@ -175,68 +226,15 @@ def check_expected(expected: list[str]) -> dict[str, str]:
 
 
 def read_record(path: str | os.PathLike) -> dict | None:
-    """The provenance record of a result: embedded, directory-level or sidecar."""
-    path = Path(path)
-    if path.is_dir():
-        p = path / "provenance.json"
-        return json.loads(p.read_text()) if p.exists() else None
-    side = sidecar_path(path)
-    if side.exists():
-        return json.loads(side.read_text())
-    if path.suffix == ".json" and path.exists():
-        try:
-            obj = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            return None
-        if isinstance(obj, dict):
-            return obj.get("provenance")
-    return None
-
-
-# ---------------------------------------------------------------- audit
-def audit(path: str | os.PathLike, _depth: int = 0, _seen: set | None = None) -> tuple[list[str], int]:
-    """Walk a result's provenance chain back to its sources.
-
-    Returns printable lines and the number of problems found (missing record, missing input,
-    or an input whose sha256 no longer matches the one recorded when the result was made)."""
-    seen = _seen if _seen is not None else set()
-    pad = "  " * _depth
-    path = Path(path)
-    lines, problems = [], 0
-    key = path.resolve().as_posix()
-    if key in seen:
-        return [f"{pad}{_rel(path)} (see above)"], 0
-    seen.add(key)
-    if not path.exists():
-        return [f"{pad}MISSING {_rel(path)}"], 1
-    rec = read_record(path)
-    if rec is None:
-        return [f"{pad}{_rel(path)}: NO PROVENANCE RECORD"], 1
-    code = rec.get("git_commit") or "unknown-commit"
-    dirty = " (dirty)" if rec.get("git_dirty") else ""
-    lines.append(f"{pad}{_rel(path)}  [{rec.get('stage')}]  code {code[:10]}{dirty} "
-                 f"v{rec.get('softtokens_version')}  config {rec.get('config_hash')}  "
-                 f"{rec.get('finished')}  {rec.get('device', {}).get('name')}")
-    for name, ref in rec.get("external_inputs", {}).items():
-        lines.append(f"{pad}  {name}: external {ref}")
-    expected = rec.get("expected_inputs") or {}
-    for name, inp in rec.get("inputs", {}).items():
-        p = Path(inp["path"])
-        if not p.exists():
-            lines.append(f"{pad}  {name}: MISSING {inp['path']}")
-            problems += 1
-            continue
-        now = sha256_path(p)
-        if now != inp["sha256"]:
-            lines.append(f"{pad}  {name}: CHANGED {inp['path']} (recorded {inp['sha256'][:12]}, now {now[:12]})")
-            problems += 1
-        want = expected.get(inp["path"]) or expected.get(p.as_posix())
-        made = (read_record(p) or {}).get("params_hash")
-        if want and made != want:
-            lines.append(f"{pad}  {name}: STALE {inp['path']} was made with settings {made}, the config of this "
-                         f"job gave it {want}")
-            problems += 1
-        sub, sub_problems = audit(p, _depth + 1, seen)
-        lines.extend(sub)
-        problems += sub_problems
-    return lines, problems
+    """The provenance record of a result, from where record_path says it lives (None: it has none,
+    or it cannot be read)."""
+    where = record_path(path)
+    if not where.is_file():
+        return None
+    try:
+        obj = json.loads(where.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    return obj.get("provenance") if where == Path(path) else obj

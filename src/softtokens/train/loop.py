@@ -93,6 +93,7 @@ class Trainer:
         vals = {m["step"]: m["val_greedy_accuracy"] for m in self.metrics if m["kind"] == "validation"}
         self.base_val = vals.get(0)  # greedy validation of the base model (step 0)
         self.best_val = max((v for s, v in vals.items() if s >= 1), default=-1.0)  # among trained steps
+        self.best_step = saved.best_step if saved else None  # the step the best checkpoint holds
         if saved:
             self.store.load_optimizer(self.policy, self.opt, self.sched)
         self.last_save = time.time()
@@ -148,10 +149,11 @@ class Trainer:
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             self.opt.zero_grad(set_to_none=True)
             cause = "the loss" if not math.isfinite(loss) else "the gradient norm"
+            last = (f"The last good state is {self.store.latest} (step {self.store.saved_step()})"
+                    if self.store.state() else "No state was saved yet: a rerun starts again from step 0")
             raise NonFiniteUpdate(
                 f"step {step + 1}: {cause} is not finite (loss {loss}, gradient norm {grad_norm}); the update "
-                f"was not applied. The last good state is {self.store.latest} (step {self.store.saved_step()}); "
-                "see docs/reliability.md.")
+                f"was not applied. {last}; see docs/reliability.md.")
         self.opt.step()
         self.sched.step()
         self.opt.zero_grad(set_to_none=True)
@@ -175,7 +177,7 @@ class Trainer:
                              embedding_scale=self.embedding_scale, sigma=self.sigma, noise=self.noise,
                              config=dataclasses.asdict(self.cfg), base_model=str(self.base_model),
                              base_revision=self.base_revision, processes=self.dp.world,
-                             val_greedy_accuracy=val_greedy_accuracy)
+                             val_greedy_accuracy=val_greedy_accuracy, best_step=self.best_step)
         optimizer = (self.opt, self.sched) if with_optimizer else (None, None)
         self.store.save(name, state, self.policy, self.tokenizer, *optimizer)
         self.telemetry.flush()  # what a watcher sees is at least what a resume would keep
@@ -192,7 +194,7 @@ class Trainer:
         if step == 0:  # the base model: the reference, not a candidate
             self.base_val = row["val_greedy_accuracy"]
         elif row["val_greedy_accuracy"] > self.best_val:
-            self.best_val = row["val_greedy_accuracy"]
+            self.best_val, self.best_step = row["val_greedy_accuracy"], step
             self.save("best", step, with_optimizer=False, val_greedy_accuracy=self.best_val)
 
     def attempts(self) -> list[dict]:
@@ -202,6 +204,9 @@ class Trainer:
     def run(self) -> None:
         self.store.start_attempt(self.start_step)
         self.store.rewrite_metrics(self.metrics)
+        if self.store.recovered:  # the newest save was damaged: what the run resumed from instead, in its metrics
+            self.metrics.append({"kind": "resume", "step": self.start_step, **self.store.recovered})
+            self.store.log(self.metrics[-1])
         with StopSignals() as signals:
             if self.start_step == 0:
                 self.validate_and_keep_best(0)

@@ -1,8 +1,21 @@
 """A run's resume state, so that a preempted, killed or crashed 4k-step run loses at most the
-steps since its last save. It lives in ``state_dir`` (``_resume/``: ``latest``, ``best`` so far,
-metrics so far), which the workflow does not declare as an output: Snakemake deletes a failed
-job's declared outputs. On success the checkpoints move into the declared ``checkpoints/`` and
-the state is removed. Each attempt of the run is logged beside it (``attempts.jsonl``)."""
+steps since its last save, and never trains on damaged state. It lives in ``state_dir``
+(``_resume/``), which the workflow does not declare as an output: Snakemake deletes a failed job's
+declared outputs. On success the checkpoints move into the declared ``checkpoints/`` and the state
+is removed. Each attempt of the run is logged beside it (``attempts.jsonl``).
+
+What is in it, and why each piece survives a kill or a power loss at any instant:
+- ``latest/`` and ``previous/``: the two newest complete saves (weights, sharded AdamW state,
+  schedule). A save is written to ``.latest.tmp``, fsync'd file by file, its manifest
+  (``trainer_state.json``: every file's size and sha256, model.checkpoint) written last and fsync'd,
+  then ``latest`` becomes ``previous`` and the new one ``latest`` (each rename fsync'd);
+- ``best-stepN/``: the best checkpoint so far, written once per improvement the same way; a save names
+  the one it goes with (``best_step``), so falling back to ``previous`` falls back to its best too;
+- ``metrics.jsonl``: one row per step, appended; a last line cut off mid-write is removed on resume,
+  with a warning naming the file.
+On resume every file of ``latest`` (and its best) is hashed against its manifest; a mismatch falls back
+to ``previous``, then to a fresh start, saying so in the log and, as a ``resume`` row, in the metrics.
+Damaged saves are moved aside (``_resume.unusable-<time>/``), never deleted."""
 
 from __future__ import annotations
 
@@ -20,9 +33,10 @@ import torch
 from softtokens.model.checkpoint import TrainerState, checkpoint_problem
 from softtokens.run.files import (
     atomic_dir,
+    cut_partial_tail,
+    fsync_path,
+    fsync_tree,
     read_jsonl,
-    recover_dir,
-    replace_dir,
     write_jsonl,
 )
 from softtokens.run.paths import ATTEMPTS, TENSORBOARD
@@ -33,37 +47,80 @@ from softtokens.train.sharding import (
 )
 
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1")  # SLURM's time-limit warning, a preemption, scancel
+GENERATIONS = ("latest", "previous")   # the complete saves kept, newest first
 
 
 class ResumeStore:
-    """``state_dir`` of one run; ``dp`` (train.distributed.DataParallel) says which process writes."""
+    """``state_dir`` of one run; ``dp`` (train.distributed.DataParallel) says which process writes.
+    ``recovered``: how the state was chosen when the newest save could not be used (None otherwise)."""
 
     def __init__(self, state_dir: Path, dp):
         self.dir, self.dp = Path(state_dir), dp
-        self.latest, self.best = self.dir / "latest", self.dir / "best"
-        recover_dir(self.latest)  # a crash inside replace_dir left the previous directory aside
-        recover_dir(self.best)
-        self._discard_unusable()
+        self.latest, self.previous = (self.dir / g for g in GENERATIONS)
+        self.recovered: dict | None = None
+        if self.dp.is_main:
+            warning = cut_partial_tail(self.dir / "metrics.jsonl")
+            if warning:
+                print(warning, flush=True)
+        self._choose_state()
 
-    def _discard_unusable(self) -> None:
-        """A resume state with a missing, truncated or unreadable file is moved aside, never loaded:
-        the run starts again from step 0 (it is deterministic, so it ends where it would have)."""
-        problem = None
-        if self.latest.exists():
-            problem = checkpoint_problem(self.latest)
-            if problem is None and self.best.exists():
-                problem = checkpoint_problem(self.best)
-            elif problem is None and TrainerState.read(self.latest).best_val >= 0:
-                problem = f"{self.best} is missing, but latest says a best checkpoint was saved"
-        if problem is None:
-            return
+    def best_dir(self, step: int) -> Path:
+        return self.dir / f"best-step{step:06d}"
+
+    def best_of(self, state: TrainerState) -> Path | None:
+        """The best checkpoint a save goes with (a save from before best_step was recorded: ``best``)."""
+        if state.best_step is not None:
+            return self.best_dir(state.best_step)
+        return self.dir / "best" if state.best_val >= 0 else None
+
+    def _problem(self, generation: Path) -> str | None:
+        """Why a save cannot be resumed from (None: every byte is what was written, its best too)."""
+        problem = checkpoint_problem(generation, content=True)
+        if problem:
+            return problem
+        best = self.best_of(TrainerState.read(generation))
+        if best is not None:
+            if not best.exists():
+                return f"{best} is missing, but {generation / 'trainer_state.json'} says a best checkpoint was saved"
+            return checkpoint_problem(best, content=True)
+        return None
+
+    def _choose_state(self) -> None:
+        """The newest save whose every file matches its manifest becomes ``latest``; a damaged one is
+        moved aside; with none usable the run starts again from step 0 (it is deterministic, so it ends
+        where it would have). Only the main process looks and moves; the others wait."""
         self.dp.barrier()
         if self.dp.is_main:
+            damaged = [(g, p) for g in (self.latest, self.previous) if g.exists()
+                       for p in [self._problem(g)] if p]
+            usable = [g for g in (self.latest, self.previous) if g.exists() and g not in dict(damaged)]
             aside = self.dir.with_name(f"{self.dir.name}.unusable-{time.strftime('%Y%m%d-%H%M%S')}")
-            shutil.move(str(self.dir), str(aside))
-            print(f"WARNING: resume state not used ({problem}); moved to {aside}; starting again from step 0",
-                  flush=True)
+            if damaged and not usable:
+                shutil.move(str(self.dir), str(aside))
+                self.recovered = {"state": "fresh", "reason": damaged[0][1], "aside": str(aside)}
+                print(f"WARNING: resume state not used ({damaged[0][1]}); moved to {aside}; starting again from "
+                      "step 0", flush=True)
+            elif damaged:
+                aside.mkdir(parents=True, exist_ok=True)
+                for g, _ in damaged:
+                    shutil.move(str(g), str(aside / g.name))
+                if usable[0] != self.latest:
+                    os.replace(usable[0], self.latest)
+                    fsync_path(self.dir)
+                step = TrainerState.read(self.latest).step
+                self.recovered = {"state": "previous", "reason": damaged[0][1], "aside": str(aside), "step": step}
+                print(f"WARNING: resume state at {damaged[0][0]} not used ({damaged[0][1]}); moved to {aside}; "
+                      f"falling back to the previous complete save (step {step})", flush=True)
+            self._drop_unreferenced_best()
         self.dp.barrier()
+
+    def _drop_unreferenced_best(self) -> None:
+        """Best checkpoints no kept save goes with (written after the last complete save, or left by a
+        save that was replaced): a resumed run writes them again when it gets there."""
+        keep = {self.best_of(TrainerState.read(g)) for g in (self.latest, self.previous) if TrainerState.exists(g)}
+        for d in self.dir.glob("best-step*"):
+            if d.is_dir() and d not in keep:
+                shutil.rmtree(d)
 
     def state(self) -> TrainerState | None:
         """The saved state to resume from, if any."""
@@ -93,8 +150,10 @@ class ResumeStore:
         """A consolidated ``save_pretrained`` directory of the master weights (loads with plain
         from_pretrained), and with ``opt`` the sharded AdamW state and the schedule, for resume.
         Every process takes part (the gathers are collective); the main process writes all but the
-        optimizer shards, into a temporary directory that replaces ``name`` once complete."""
-        final, tmp = self.dir / name, self.dir / f".{name}.tmp"
+        optimizer shards into a temporary directory, fsyncs it, writes the manifest last, and puts it
+        in place: ``latest`` (the one before it becomes ``previous``) or ``best`` (as best-stepN)."""
+        final = self.latest if name == "latest" else self.best_dir(state.step)
+        tmp = self.dir / f".{name}.tmp"
         if self.dp.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
@@ -106,9 +165,25 @@ class ResumeStore:
             tokenizer.save_pretrained(tmp)
             if sched is not None:
                 torch.save(sched.state_dict(), tmp / "scheduler.pt")
-            state.write(tmp)  # last, with every other file's size (model.checkpoint)
-            replace_dir(tmp, final)
+            fsync_tree(tmp)
+            state.write(tmp, durable=True)  # last, with every other file's size and sha256 (model.checkpoint)
+            if name == "latest":
+                self._rotate(tmp)
+            else:
+                shutil.rmtree(final, ignore_errors=True)
+                os.replace(tmp, final)
+                fsync_path(self.dir)
         self.dp.barrier()
+
+    def _rotate(self, tmp: Path) -> None:
+        """``latest`` -> ``previous``, the new save -> ``latest``: at every instant a complete save is
+        under one of the two names (a crash between the renames leaves ``previous`` and the new one aside)."""
+        if self.latest.exists():
+            shutil.rmtree(self.previous, ignore_errors=True)
+            os.replace(self.latest, self.previous)
+        os.replace(tmp, self.latest)
+        fsync_path(self.dir)
+        self._drop_unreferenced_best()
 
     def load_optimizer(self, policy, opt, sched) -> None:
         load_optimizer(policy, opt, self.latest / "optimizer")
@@ -122,17 +197,20 @@ class ResumeStore:
     def finish(self, checkpoints_dir: Path, metrics_path: Path, metrics: list[dict],
                tensorboard_dir: Path | None = None) -> None:
         """Move the final checkpoints (and the event files) into the declared outputs and drop the
-        resume state."""
+        resume state (the previous save with it)."""
         if tensorboard_dir is not None:
             with atomic_dir(tensorboard_dir) as tmp:
                 if self.tensorboard.is_dir():
                     for event_file in self.tensorboard.iterdir():
                         shutil.move(str(event_file), str(tmp / event_file.name))
+        state = TrainerState.read(self.latest)
         with atomic_dir(checkpoints_dir) as tmp:
-            for name in ("best", "latest"):
-                shutil.move(str(self.dir / name), str(tmp / name))
+            shutil.move(str(self.best_of(state)), str(tmp / "best"))
+            shutil.move(str(self.latest), str(tmp / "latest"))
             shutil.rmtree(tmp / "latest" / "optimizer", ignore_errors=True)  # resume state only
             (tmp / "latest" / "scheduler.pt").unlink(missing_ok=True)
+            for gone in ("optimizer", "scheduler.pt"):
+                state.drop_files(tmp / "latest", gone)
         write_jsonl(metrics_path, metrics)
         shutil.rmtree(self.dir)
 

@@ -10,18 +10,33 @@ import json
 from pathlib import Path
 
 
+# A run whose best trained step answers no validation question right has learned nothing usable,
+# whatever its base scored (a diverged run: every validation 0.0); one below its base was made worse.
+FLOOR = 0.0
+
+
 def select_best(metrics: list[dict]) -> dict:
     """The trained (step >= 1) validation row with the highest greedy accuracy, ties to the
-    earliest step; with the base model's step-0 accuracy and whether the choice improved on it."""
+    earliest step; with the base model's step-0 accuracy, whether the choice improved on it, and
+    ``failed_to_learn``: why the run's best is no trained model worth comparing (below its base, or at
+    or below FLOOR), None when it is."""
     vals = [m for m in metrics if m.get("kind") == "validation"]
     trained = [m for m in vals if m["step"] >= 1]
     if not trained:
         raise ValueError("no validation of a trained step (>= 1) in metrics: the run validated nothing it trained")
     best = max(trained, key=lambda m: (m["val_greedy_accuracy"], -m["step"]))
     base = next((m["val_greedy_accuracy"] for m in vals if m["step"] == 0), None)
-    return {"step": best["step"], "val_greedy_accuracy": best["val_greedy_accuracy"],
+    acc = best["val_greedy_accuracy"]
+    failed = None
+    if base is not None and acc < base:
+        failed = f"its best trained step ({best['step']}) validates at {acc:.3f}, below its base model's {base:.3f}"
+    elif acc <= FLOOR:
+        failed = (f"no trained step answers a validation question right (best {acc:.3f} at step {best['step']}, "
+                  f"at or below the floor {FLOOR:g}): it diverged or learned nothing")
+    return {"step": best["step"], "val_greedy_accuracy": acc,
             "base_val_greedy_accuracy": base,
-            "improved_over_base": None if base is None else best["val_greedy_accuracy"] > base,
+            "improved_over_base": None if base is None else acc > base,
+            "failed_to_learn": failed,
             "validated_steps": [m["step"] for m in vals]}
 
 
@@ -29,25 +44,28 @@ class CheckpointError(RuntimeError):
     """A checkpoint that is not what its training wrote; the message names the path and the fault."""
 
 
-def verify_checkpoint(checkpoint: str | Path) -> None:
-    """Before a checkpoint is evaluated: every file its training listed (model.checkpoint.TrainerState) is there
-    with the size written, and the directory's sha256 is the one its training's provenance record
-    gives (a truncated or edited file fails here, naming itself, instead of deep inside a loader)."""
-    from softtokens.model.checkpoint import checkpoint_problem
+def verify_checkpoint(checkpoint: str | Path, content: bool = False) -> None:
+    """A checkpoint as its training wrote it: every file its manifest lists (model.checkpoint) there
+    with its size (and, with ``content``, its sha256: every byte read), and the directory's sha256 the
+    one its training's provenance record holds (where run.provenance.record_path puts it), computed
+    from the manifest's hashes. A load checks the content as it reads (model.loading); selection reads
+    every byte here, before any evaluation rests on it."""
+    from softtokens.model.checkpoint import checkpoint_problem, manifest_sha256
     from softtokens.run.files import sha256_path
-    from softtokens.run.provenance import sidecar_path
+    from softtokens.run.provenance import record_path
 
     checkpoint = Path(checkpoint)
-    problem = checkpoint_problem(checkpoint)
+    fix = "Restore the file, or retrain the run (snakemake --forcerun train <its metrics.jsonl>)."
+    problem = checkpoint_problem(checkpoint, content)
     if problem:
-        raise CheckpointError(f"checkpoint {checkpoint} cannot be evaluated: {problem}. Retrain the run "
-                              f"(snakemake --forcerun train <its metrics.jsonl>) or restore the file.")
-    record = sidecar_path(checkpoint)
+        raise CheckpointError(f"checkpoint {checkpoint} refused: {problem}. {fix}")
+    record = record_path(checkpoint)
     if record.is_file():
         want = (json.loads(record.read_text()).get("output") or {}).get("sha256")
-        if want and sha256_path(checkpoint) != want:
-            raise CheckpointError(f"checkpoint {checkpoint} cannot be evaluated: its files changed since its training "
-                                  f"wrote them (sha256 differs from {record}). Retrain the run or restore the files.")
+        got = manifest_sha256(checkpoint) or sha256_path(checkpoint)
+        if want and got != want:
+            raise CheckpointError(f"checkpoint {checkpoint} refused: its files are not those its training recorded "
+                                  f"(directory sha256 {got[:12]}, {record} says {want[:12]}). {fix}")
 
 
 def check_checkpoint(checkpoint: Path, step: int) -> None:

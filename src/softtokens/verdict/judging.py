@@ -20,7 +20,7 @@ interval, so it can only move a verdict toward undecided.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,9 +40,7 @@ from softtokens.cells.lookup import (  # noqa: F401  (the claims read them from 
 from softtokens.run.names import CONTINUOUS_MODES, settings_of
 from softtokens.verdict import uncertainty
 from softtokens.verdict.choices import (
-    AVERAGE,
     DEFAULT,
-    EVERY,
     FAMILY_WISE,
     GENERALLY,
     MARGINS,
@@ -238,112 +236,6 @@ def verdict_of(code) -> str:
         return NOT_MEASURED
     c = int(code)
     return NOT_MEASURED if c == 2 else CODES[c]
-
-
-# ---------------------------------------------------------------- the judged claim
-@dataclass
-class Claim:
-    key: str
-    statement: str                  # the claim in one line
-    quotes: list[dict]              # the paper's words: {"text", "where"}
-    rule: str
-    verdict: str = NOT_MEASURED
-    margin: dict | None = None      # {"value", "unit", "why"} where the claim reads sameness
-    parts: list[dict] = field(default_factory=list)
-    evidence: list[str] = field(default_factory=list)
-    comparisons: dict = field(default_factory=dict)   # {"paired": k, "unpaired": m}: how the test set entered
-    sensitivity: list[dict] = field(default_factory=list)   # [{"specification", "verdict"}], the default first
-    robust: bool | None = None      # every specification gives the default's verdict
-    decide: str = ""                # an undecided claim: what would decide it
-    reproducibility: dict | None = None   # each verdict's probability in simulated reproductions (verdict.reproducibility)
-    source: str = "paper"
-
-    def __post_init__(self):
-        if self.source not in SOURCES:
-            raise ValueError(f"claim {self.key}: source {self.source!r}, one of {', '.join(SOURCES)}")
-        if self.source == "paper" and not self.quotes:
-            raise ValueError(f"claim {self.key} is the paper's: quote its words (or mark it source='ours')")
-
-    @property
-    def held(self) -> int:
-        return sum(p["supported"] for p in self.parts)
-
-    @property
-    def total(self) -> int:
-        return sum(p["k"] for p in self.parts)
-
-    @property
-    def not_informative(self) -> int:
-        return sum(p["not_informative"] for p in self.parts)
-
-    def counts(self) -> str:
-        """What the verdict rests on, in words: each part's units established."""
-        words = [part_words(p) for p in self.parts]
-        if len(set(words)) == 1 and words[0] == "no cells":
-            return words[0]
-        if len(words) == 1:
-            return words[0]
-        return "; ".join(f"{p['name']}: {w}" for p, w in zip(self.parts, words))
-
-    def support(self) -> tuple[int, int]:
-        """(specifications that support the claim, specifications tried)."""
-        return sum(s["verdict"] == SUPPORTED for s in self.sensitivity), len(self.sensitivity)
-
-    def flips(self) -> list[str]:
-        """The alternative specifications whose verdict differs from the default's, 'label: verdict'."""
-        return [f"{s['specification']}: {s['verdict']}" for s in self.sensitivity[1:] if s["verdict"] != self.verdict]
-
-    def summary(self) -> str:
-        if self.verdict == NOT_JUDGED:
-            return self.verdict
-        counts = self.counts()
-        return f"{self.verdict} — {counts}" if counts else self.verdict
-
-    def record(self) -> dict:
-        """Everything the report page shows of this claim (claims.json)."""
-        held, tried = self.support()
-        return {**self.__dict__, "summary": self.summary(), "held": self.held, "total": self.total,
-                "supported_by": {"specifications": held, "of": tried}, "flips": self.flips()}
-
-
-def part_words(p: dict) -> str:
-    if not p["k"]:
-        return (f"no informative comparison ({p['not_informative']} between identical cells)"
-                if p["not_informative"] else "no cells")
-    unit = p["unit_name"] + ("s" if p["k"] > 1 else "")
-    need = {EVERY: "all", AVERAGE: "all"}.get(p["quantifier"], f"{p['m']} needed")
-    if p["k"] == 1 and p["quantifier"] in (EVERY, AVERAGE):
-        text = {1: "holds", -1: "fails", 0: "undecided"}[int(p["code"])]
-    else:
-        text = f"{p['supported']} of {p['k']} {unit} established ({need}), {p['contradicted']} contradicted"
-    if p.get("expected") is not None and p["k"] > 1:
-        text += (f"; {float(p['expected']):.1f} expected by chance if there were no difference" if p.get("difference")
-                 else f"; {float(p['expected']):.1f} expected if the claim held exactly")
-    if p["not_informative"]:
-        text += f"; {p['not_informative']} between identical cells, not counted"
-    return text
-
-
-def status_of(e: Evaluated, alpha: float) -> str:
-    if e.p_sup <= alpha:
-        return "supported"
-    return "contradicted" if e.p_con <= alpha else "undecided"
-
-
-def evidence_line(e: Evaluated, margin: float, spec: Spec) -> str:
-    c = e.comparison
-    if e.est is None:
-        return f"{'holds' if c.holds else 'fails'}: {c.label}"
-    lo, hi = uncertainty.interval(e.est, spec.alpha)
-    df = "z" if math.isinf(e.est.df) else "t ≈ z" if e.est.df > 100 else f"t, {e.est.df:.1f} df"
-    bound = {SAME: f" vs ±{margin:g}", NOT_WORSE: f" vs -{margin:g}"}.get(c.rule, " vs 0")
-    return (f"{status_of(e, spec.alpha)}: {c.label}: {number(e.est.value)}, {100 * (1 - 2 * spec.alpha):g}% CI "
-            f"[{number(lo)}, {number(hi)}]{bound} ({e.est.kind}, {df})")
-
-
-def number(x: float) -> str:
-    """A signed difference: two decimals for points, three below 1 (NLL nats)."""
-    return f"{x:+.2f}" if abs(x) >= 1 else f"{x:+.3f}"
 
 
 def similar_to_hard(idx, groups_: list[tuple], metric: str) -> tuple[list[Comparison], list[str]]:

@@ -69,6 +69,7 @@ def paper_cells(paper: pd.DataFrame, spec: Spec = DEFAULT, precedence: tuple[str
     cells["seeds"] = None
     cells["questions"] = None
     cells["protocol"] = None
+    cells["failed_seeds"] = None
     return cells.reset_index(drop=True)
 
 

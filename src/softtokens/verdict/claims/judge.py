@@ -18,18 +18,15 @@ import pandas as pd
 
 from softtokens.verdict.choices import DEFAULT, MARGINS, Spec, alternatives
 from softtokens.verdict.claims.define import ClaimDef, Context
+from softtokens.verdict.judged import Claim, evidence_line, failed_runs, part_words, status_of
 from softtokens.verdict.judging import (
     NOT_JUDGED,
     UNDECIDED,
-    Claim,
     claim_code,
     evaluate_part,
-    evidence_line,
     index_cells,
     margin_record,
-    part_words,
     passk_metric,
-    status_of,
     test,
     verdict_of,
 )
@@ -89,6 +86,7 @@ def judge_set(index_for: Callable[[Spec], dict], source: str, entropy: pd.DataFr
         else:
             parts = [evaluate_part(p, idx, spec, margin) for p in plan]
             c.verdict = verdict_of(claim_code(parts))
+            c.failed_runs = failed_runs(plan, idx)
             c.parts = [part_record(p) for p in parts]
             c.evidence = evidence(parts, margin, spec)
             for p in parts:
