@@ -114,9 +114,10 @@ def test_one_runs_seeds_are_correlated_across_its_cells():
 
 
 # ---------------------------------------------------------------- one rule per sentence
-def inference_rows(soft_gain, se_var=0.25):
+def inference_rows(soft_gain, se_var=0.25, fuzzy_k=True):
     """One model trained hard, soft, fuzzy on one benchmark; every training's soft inference
-    ``soft_gain`` points above its hard inference (greedy and sample alike), fuzzy inference equal."""
+    ``soft_gain`` points above its hard inference (greedy and sample alike), fuzzy inference equal;
+    without ``fuzzy_k``, no fuzzy_sample pass@8 cell (a comparison that cannot be made)."""
     rows = []
     for mode in ("hard", "soft", "fuzzy"):
         for decoding, base in (("greedy", 60.0), ("sample", 50.0)):
@@ -125,6 +126,8 @@ def inference_rows(soft_gain, se_var=0.25):
                      cell("m", "d", mode, "b", f"fuzzy_{decoding}", "pass@1", base, sampling_var=se_var)]
         rows.append(cell("m", "d", mode, "b", "hard_sample", "pass@8", 80.0, sampling_var=se_var))
         rows.append(cell("m", "d", mode, "b", "soft_sample", "pass@8", 80.0 + soft_gain, sampling_var=se_var))
+        if fuzzy_k:
+            rows.append(cell("m", "d", mode, "b", "fuzzy_sample", "pass@8", 80.0, sampling_var=se_var))
     return rows
 
 
@@ -145,9 +148,13 @@ def test_the_paragraphs_two_halves_read_by_one_rule():
         assert best.verdict == none.verdict == verdict
         hard_lines = [e.split("] ", 1)[1] for e in best.evidence if "trained hard" in e]
         assert hard_lines == [e.split("] ", 1)[1] for e in none.evidence]
-    lines = judge("no_soft_inference_gain", inference_rows(1.0)).evidence
+    gapped = judge("no_soft_inference_gain", inference_rows(1.0, fuzzy_k=False))
+    lines = gapped.evidence
     assert all(("hard_greedy" in e) == ("_greedy" in e.split(" vs ")[1]) for e in lines)   # like for like
-    assert len(lines) == 2 * 2 + 1   # pass@1: 2 decodings x (soft, fuzzy); pass@8: sample x soft (no fuzzy row)
+    # pass@1: 2 decodings x (soft, fuzzy); pass@8: sample x (soft, fuzzy), the fuzzy cell not there: named, and
+    # undecided, so 'every' cannot hold on the numbers that are left (missing data never helps a verdict)
+    assert len(lines) == 2 * 2 + 2 and sum("cannot be made (no cell)" in e for e in lines) == 1
+    assert gapped.verdict == judging.UNDECIDED and "1 of 2 comparisons cannot be made (no cell)" in gapped.summary()
 
 
 # ---------------------------------------------------------------- quantifiers
@@ -335,19 +342,44 @@ def test_ood_nll_preserved_by_hand():
 
 
 def test_entropy_claim_by_hand():
-    """Base hard greedy 0.4, hard sample 2.0; soft-trained 0.5 / 1.8 (within 1.5x); hard-trained hard
-    sample 0.6 (below 2.0 / 1.5 and nearer 0.4 than 2.0 in ratio): supported."""
-    rows = [("none", "none", "hard_greedy", 0.4), ("none", "none", "hard_sample", 2.0),
-            ("d", "soft", "hard_greedy", 0.5), ("d", "soft", "hard_sample", 1.8),
-            ("d", "hard", "hard_greedy", 0.3), ("d", "hard", "hard_sample", 0.6)]
-    entropy = pd.DataFrame([{"model": "m", "train_dataset": ds, "train_mode": mode, "variant": "", "benchmark": "b",
-                             "setting": s, "seed": 0, "entropy": h} for ds, mode, s, h in rows])
-    c = judge("entropy_profile", [], entropy=entropy)
-    assert (c.held, c.total, c.verdict) == (3, 3, judging.SUPPORTED)
-    entropy.loc[entropy.train_mode.eq("soft") & entropy.setting.eq("hard_sample"), "entropy"] = 1.2  # 1.67x lower
-    c = judge("entropy_profile", [], entropy=entropy)
-    assert (c.held, c.total, c.verdict) == (2, 3, judging.CONTRADICTED)
+    """The entropy claim is judged as every sameness claim is: on log mean entropy (a difference is a log
+    ratio), margin log 1.5 = 0.405, two seeds per trained cell (1 df), the base one evaluation. Base hard
+    greedy 0.4, hard sample 2.0. Soft and fuzzy trained: greedy (0.5, 0.52): log ratio +0.243, se 0.0196,
+    90% interval (t, 1 df: 6.31 se) [+0.12, +0.37] inside +-0.405; sample (1.8, 1.9): -0.078, [-0.25, +0.09]
+    inside. Hard trained hard sample (0.5, 0.52): below the base's 2.0 (log ratio -1.61, one-sided), and
+    +0.243 from the base's greedy 0.4: supported. Soft and fuzzy sample at (0.5, 0.505) instead: log ratio
+    -1.38, se 0.005, p of 'outside' 0.0016, times 4 comparisons 0.0065 < 0.05 / 3 parts: contradicted.
+    One seed: no spread, undecided, named. A margin of 0.1 (judging.margins) cannot support +0.243."""
+    def rows(sample=(1.8, 1.9), seeds=(0, 1)):
+        out = [("none", "none", "hard_greedy", 0, 0.4), ("none", "none", "hard_sample", 0, 2.0)]
+        for mode in ("soft", "fuzzy"):
+            out += [("d", mode, "hard_greedy", s, v) for s, v in zip(seeds, (0.5, 0.52))]
+            out += [("d", mode, "hard_sample", s, v) for s, v in zip(seeds, sample)]
+        out += [("d", "hard", "hard_greedy", s, v) for s, v in zip(seeds, (0.3, 0.31))]
+        out += [("d", "hard", "hard_sample", s, v) for s, v in zip(seeds, (0.5, 0.52))]
+        return pd.DataFrame([{"model": "m", "train_dataset": ds, "train_mode": mode, "variant": "", "benchmark": "b",
+                              "setting": st, "seed": s, "entropy": h} for ds, mode, st, s, h in out])
+    c = judge("entropy_profile", [], entropy=rows())
+    assert c.verdict == judging.SUPPORTED and c.margin["value"] == pytest.approx(0.4055) and c.total == 6
+    assert "+0.243, 90% CI [+0.119, +0.367] vs ±0.4055 (unpaired, t, 1.0 df)" in c.evidence[0]
+    assert judge("entropy_profile", [], entropy=rows(sample=(0.5, 0.505))).verdict == judging.CONTRADICTED
+    one = judge("entropy_profile", [], entropy=rows(seeds=(0,)))
+    assert one.verdict == judging.UNDECIDED and "no spread: one seed" in one.summary()
+    narrow = DEFAULT.with_margins({"entropy_profile": 0.1})
+    assert judge("entropy_profile", [], spec=narrow, entropy=rows()).verdict != judging.SUPPORTED
     assert judge("entropy_profile", [], entropy=None).verdict == judging.NOT_JUDGED
+
+
+def test_a_margin_for_a_claim_without_one_is_refused():
+    """judging.margins for a claim of difference (no margin) or a name that is no claim: an error naming it."""
+    from softtokens.verdict.claims import MarginError, judging_spec, margin_problems
+
+    assert margin_problems({"pass1_parity": 2.0, "entropy_profile": 0.2}) == []
+    assert "declares no margin" in margin_problems({"passk_advantage": 1.0})[0]
+    assert "did you mean 'pass1_parity'" in margin_problems({"pass1_parit": 1.0})[0]
+    with pytest.raises(MarginError, match="judging.margins.passk_advantage"):
+        judging_spec({"judging": {"margins": {"passk_advantage": 1.0}}})
+    assert judging_spec({"judging": {"margins": {"pass1_parity": 2.0}}}).margin("pass1_parity", "points") == 2.0
 
 
 # ---------------------------------------------------------------- the paper's own numbers

@@ -5,8 +5,8 @@ shape rollout through it against the CPU path's tokens."""
 
 import pytest
 import torch
-
 from conftest import make_tiny_model
+
 from softtokens.data.prompt import format_prompt
 from softtokens.engine import flex_decode
 from softtokens.engine.cot import CotEngine

@@ -6,9 +6,9 @@ with CUDA's fused GEMM emulated."""
 
 import pytest
 import torch
+from conftest import make_tiny_model
 
 import softtokens.train.rloo as rloo
-from conftest import make_tiny_model
 from softtokens.data.prompt import format_prompt
 from softtokens.engine.cot import CotEngine
 from softtokens.engine.settings import INFERENCE_SETTINGS, Placement

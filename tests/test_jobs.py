@@ -8,14 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-
-from softtokens.run.names import SETTINGS
 import yaml
 
 from softtokens.commands.train import launch_command, without_processes
 from softtokens.data.sources import loader_kind
 from softtokens.run.config import check_config
 from softtokens.run.jobs import GridJobs
+from softtokens.run.names import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_ENV = {"SOFTTOKENS_SLURM_ACCOUNT": "testacct", "SOFTTOKENS_SLURM_GPU_PARTITION": "testgpu"}

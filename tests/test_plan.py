@@ -143,11 +143,11 @@ def test_auto_picks_a_large_micro_batch_for_the_paper_cell_on_one_80gb_gpu():
     """The mini grid: the paper's Llama-3B x GSM8K cell on one GPU of 80 GB. With the optimizer step
     counted as it runs (fused AdamW), `auto` picks 8 rows or more (the plan that missed the foreach
     temporary and padded for it picked 2, and the RL step got slower)."""
-    from softtokens.run.config import cell_rl, load_config
-    from softtokens.data.sources import loader_kind
-    from softtokens.train.plan import resolve_memory
-
     from pathlib import Path
+
+    from softtokens.data.sources import loader_kind
+    from softtokens.run.config import cell_rl, load_config
+    from softtokens.train.plan import resolve_memory
 
     config = load_config(Path(__file__).resolve().parents[1] / "config.yaml", loader_kind)
     chosen = resolve_memory(config, "mini", "llama-3b", cell_rl(config, "mini", "llama-3b", "gsm8k"))

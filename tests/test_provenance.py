@@ -1,6 +1,7 @@
 
 import pytest
 
+from softtokens.audit.chain import audit
 from softtokens.model.checkpoint import TrainerState
 from softtokens.run.files import (
     atomic_dir,
@@ -9,7 +10,6 @@ from softtokens.run.files import (
     sha256_path,
     write_json,
 )
-from softtokens.audit.chain import audit
 from softtokens.run.provenance import Provenance, read_record
 from softtokens.train.selection import check_checkpoint, select_best
 

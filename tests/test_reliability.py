@@ -313,8 +313,8 @@ def test_a_cluster_without_accounting_is_caught_before_any_job():
 def test_the_audit_flags_a_result_made_from_a_stale_input(tmp_path, monkeypatch):
     """A consumer records the settings hash the config gave each input; the audit compares it with
     the input's own record (a result made while the job-side check was bypassed is flagged)."""
-    from softtokens.run.files import write_json
     from softtokens.audit.chain import audit
+    from softtokens.run.files import write_json
     from softtokens.run.provenance import Provenance, config_hash, expected_map
 
     monkeypatch.chdir(tmp_path)

@@ -102,7 +102,9 @@ def test_plan_claims_writes_a_grid_snakemake_plans(tmp_path, capsys):
     out = tmp_path / "claims.yaml"
     main(["plan", "--config", str(ROOT / "config.yaml"), "--claims", "passk_advantage,pass1_parity", "--json",
           "--write", str(out), "--name", "claims-test"])
-    records = {r["claim"]: r for r in json.loads(capsys.readouterr().out)}
+    plan = json.loads(capsys.readouterr().out)   # one object: how the reproductions were drawn and judged, each claim
+    assert plan["question_rho"] == 0.5 and plan["draws"] == 1000 and plan["grid_name"] == "claims-test"
+    records = {r["claim"]: r for r in plan["claims"]}
     assert set(records) == {"passk_advantage", "pass1_parity"}
     for r in records.values():
         assert {"claim", "p_supported", "p_undecided", "p_contradicted", "seeds_needed", "cells", "gpu_hours"} <= set(r)

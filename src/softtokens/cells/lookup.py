@@ -30,22 +30,50 @@ def key_of(cell: dict) -> tuple:
     return tuple(cell[k] for k in CELL_KEYS)
 
 
+NO_CELL = "no cell"                      # a comparison's cell that this set of numbers does not have
+NO_SPREAD_ONE_SEED = "no spread: one seed"
+NO_SPREAD = "no spread: none printed"
+
+
+def absent(key: tuple) -> dict:
+    """A cell a plan reads that these numbers lack: its key, no value, and why (``missing``)."""
+    return {**dict(zip(CELL_KEYS, key)), "mean": float("nan"), "std": float("nan"), "n": 0, "se": float("nan"),
+            "sampling_var": float("nan"), "values": None, "seeds": None, "questions": None, "missing": NO_CELL}
+
+
 def cell(idx, model, ds, mode, bench, setting, metric):
-    return idx.get((model, ds, mode, "", bench, setting, metric))
+    """The cell of these keys, or an ``absent`` one saying it is not there (a plan names what it lacks)."""
+    key = (model, ds, mode, "", bench, setting, metric)
+    return idx.get(key) or absent(key)
+
+
+def gap(*cells) -> str | None:
+    """Why a comparison of these cells cannot be made (None: it can): a cell not there, a placeholder
+    for one a paper-numbers file lacks, or a cell with no spread (one seed; a blank ±). Such a
+    comparison is never dropped: it counts as undecided (verdict.judging)."""
+    for c in cells:
+        if c is None:
+            return NO_CELL
+        reason = c.get("missing") if hasattr(c, "get") else None
+        if isinstance(reason, str) and reason:
+            return reason
+    for c in cells:
+        if pd.isna(c["se"]):
+            return NO_SPREAD_ONE_SEED if not pd.isna(c["n"]) and int(c["n"]) == 1 else NO_SPREAD
+    return None
 
 
 def fmt(r) -> str:
     """mean ± std (n seeds, se): one seed or one evaluation has no spread, so no ±; the paper's cells
-    print the std it printed."""
+    print the std it printed; a cell that is not there says why."""
+    reason = r.get("missing") if hasattr(r, "get") else None
+    if isinstance(reason, str) and reason:
+        return f"({reason})"
     n = 0 if pd.isna(r["n"]) else int(r["n"])
     std = r.get("shown_std", r["std"]) if hasattr(r, "get") else r["std"]
     sd = "" if pd.isna(std) or n < 2 else f"±{std:.2f}"
     se = "" if pd.isna(r["se"]) else f", se {r['se']:.2f}"
     return f"{r['mean']:.2f}{sd} (n={n}{se})"
-
-
-def known(*cells) -> bool:
-    return all(c is not None and not pd.isna(c["se"]) for c in cells)
 
 
 def identical(a, b) -> bool:
@@ -90,3 +118,31 @@ def entropy_rows(eval_paths) -> pd.DataFrame:
                 rows.append({**keys, "entropy": total / n})
     return pd.DataFrame(rows, columns=["model", "train_dataset", "train_mode", "variant", "benchmark", "setting",
                                        "seed", "entropy"])
+
+
+ENTROPY_METRIC = "log_entropy"   # the entropy claim's statistic: log of a file's mean CoT entropy
+
+
+def entropy_cells(entropy: pd.DataFrame | None) -> dict:
+    """Cells of the entropy claim from per-file mean CoT entropies (entropy_rows): per model, training,
+    benchmark and setting, the log of each seed's entropy averaged over seeds, its sample std, the
+    per-seed values (a contrast of one run's cells is paired by seed); no test-set term (the files keep
+    no per-question entropies: stated by the claim). A difference of two is a log ratio."""
+    import math
+
+    if entropy is None or entropy.empty:
+        return {}
+    out = {}
+    keys = ["model", "train_dataset", "train_mode", "variant", "benchmark", "setting"]
+    for key, sub in entropy[entropy.entropy > 0].sort_values("seed").groupby(keys, sort=False):
+        values = tuple(math.log(v) for v in sub.entropy)
+        n = len(values)
+        base = key[2] == "none"
+        mean = sum(values) / n
+        std = 0.0 if base else (math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan"))
+        full = (*key, ENTROPY_METRIC)
+        out[full] = {**dict(zip(CELL_KEYS, full)), "mean": mean, "std": std, "n": 1 if base else n,
+                     "sampling_var": 0.0, "se": 0.0 if base else (std / math.sqrt(n) if n > 1 else float("nan")),
+                     "values": None if base else values, "seeds": None if base else tuple(sub.seed),
+                     "questions": None, "failed_seeds": ()}
+    return out

@@ -38,15 +38,15 @@ def cmd_prepare_data(a) -> None:
 
 
 def cmd_build_toy_base(a) -> None:
-    from softtokens.data.rows import read_jsonl
-    from softtokens.engine.cot import CotEngine
-    from softtokens.engine.settings import INFERENCE_SETTINGS
-    from softtokens.model.toy import build_toy_base
     import os
     import socket
     import sys
     import time
 
+    from softtokens.data.rows import read_jsonl
+    from softtokens.engine.cot import CotEngine
+    from softtokens.engine.settings import INFERENCE_SETTINGS
+    from softtokens.model.toy import build_toy_base
     from softtokens.run import paths
     from softtokens.run.files import atomic_dir, write_json
     from softtokens.run.provenance import Provenance

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 NO_GPU = ("gpu-check: no CUDA device here ({why}). The paper's sizes (Llama-3.2-3B, 64 rollouts of 512-step CoTs, "
           "an evaluation batch of 192) would run for hours on a CPU and measure nothing a GPU run needs. Run it on "
           "a GPU node (docs/gpu.md), or `softtokens gpu-check --smoke --out DIR` for the same code at tiny sizes on "

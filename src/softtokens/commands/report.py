@@ -41,9 +41,8 @@ def cmd_ablations(a) -> None:
 
 def cmd_report(a) -> None:
     from softtokens.audit.inputs import refuse_bad_inputs
-    from softtokens.report.page import write_report
-
     from softtokens.cells.paper import PaperResultsError
+    from softtokens.report.page import write_report
 
     refuse_bad_inputs(a.inputs, "report")
     try:

@@ -116,21 +116,24 @@ def cmd_plan_claims(a) -> None:
     """`plan --claims`: the cheapest grid that settles the claims (verdict.claim_plan)."""
     from softtokens.cells.paper import load_paper_results
     from softtokens.verdict.claim_plan import GRIDS_DIR, plan_claims, plan_json, plan_text, write_grid
+    from softtokens.verdict.claims import MarginError
 
     config, _ = grid_config(a)
     keys = [k.strip() for k in a.claims.split(",") if k.strip()]
     try:
         result = plan_claims(keys, config, load_paper_results(), name=a.name, power=a.power, budget=a.budget)
-    except KeyError as err:
+    except (KeyError, MarginError) as err:
         raise SystemExit(err.args[0]) from None
+    # the grid is written when asked (--write), or by the plain text form; --json alone writes nothing
+    write = bool(result["kept"]) and (a.write is not None or not a.json)
     out = Path(a.write) if a.write else GRIDS_DIR / f"{result['name']}.yaml"
-    if result["kept"]:
+    if write:
         write_grid(result, out)
     if a.json:
         print(plan_json(result))
         return
     print(plan_text(result))
-    if result["kept"]:
+    if write:
         print(f"\nwrote {out}: snakemake --profile slurm --config grid={result['name']}  (-n first: the plan)")
 
 
@@ -222,7 +225,11 @@ def register(sub) -> None:
                            help="with --claims: the probability of a decided verdict that settles a claim")
             c.add_argument("--budget", type=float, default=None, metavar="GPU_HOURS",
                            help="with --claims: keep the claims that fit, best first")
-            c.add_argument("--json", action="store_true", help="with --claims: one JSON object per claim")
+            c.add_argument("--json", action="store_true",
+                           help="with --claims: print one JSON object (the correlation, margins and draws used, each "
+                                "claim's odds and cells, the grid and its forecast) and write no grid unless --write")
             c.add_argument("--name", default=None, help="with --claims: the grid's name (default: from the claims)")
-            c.add_argument("--write", default=None, help="with --claims: where the grid goes (default: grids/NAME.yaml)")
+            c.add_argument("--write", default=None, metavar="PATH",
+                           help="with --claims: write the grid to PATH (without --json it is written to "
+                                "grids/NAME.yaml anyway)")
         c.set_defaults(func=func)

@@ -25,22 +25,64 @@ def _margin(c) -> str:
     return "—" if not c.margin else f"±{c.margin['value']:g} {c.margin['unit']}"
 
 
+BY_DESIGN = "— (undecided by design: it cannot be supported on these numbers)"
+
+
+def could_be_otherwise(c) -> bool:
+    """Whether the verdict could have gone another way on this design (verdict.design): an undecided
+    verdict of a claim the numbers cannot support is the design's, not a finding."""
+    return c.design is None or c.design.get("otherwise", True)
+
+
 def robustness(c) -> str:
-    """How many specifications support the claim, and whether every one gives the default's verdict."""
+    """How many specifications support the claim, and whether every one gives the default's verdict;
+    shown only for a verdict that could have gone another way."""
     if not c.sensitivity:
         return "—"
+    if not could_be_otherwise(c):
+        return BY_DESIGN
     held, tried = c.support()
     return f"{held} of {tried} support; " + ("robust" if c.robust else "not robust")
 
 
 def odds_text(c) -> str:
-    """How likely the claim's verdict is to come out of a reproduction of the paper's grid."""
+    """How likely the claim's verdict is to come out of a reproduction of the paper's grid, with the
+    simulation's Monte-Carlo error (a plug-in probability: the paper's means taken as the truth)."""
     r = c.reproducibility
-    if not r or r.get("p_supported") is None:
+    if not r or r.get("p_supported") is None or not could_be_otherwise(c):
         return "—"
     p = {judging.SUPPORTED: r["p_supported"], judging.UNDECIDED: r["p_undecided"],
          judging.CONTRADICTED: r["p_contradicted"]}.get(c.verdict)
-    return "—" if p is None else f"{p:.2f}"
+    if p is None:
+        return "—"
+    return f"{p:.2f} ± {1.96 * (p * (1 - p) / max(r.get('draws') or 1, 1)) ** 0.5:.2f}"
+
+
+def design_text(c) -> str:
+    """The verdict with what the design could decide, and the lean of an undecided one (first screen)."""
+    if c.verdict in (judging.NOT_JUDGED, judging.NOT_MEASURED) or not c.design:
+        return c.verdict
+    d = c.design
+    text = f"**{c.verdict}**"
+    if not d["can_support"]:
+        text += f"; cannot be supported on these numbers ({d['why_not']})"
+    elif c.verdict == judging.UNDECIDED:
+        text += "; could be decided on these numbers"
+    if d.get("lean"):
+        text += f"; {d['lean']}"
+    if c.failed_runs:
+        text += f"; rests on {len(c.failed_runs)} run(s) that failed to learn"
+    return text
+
+
+def glance_frame(theirs: list, ours: list, metric_ours: str | None = None) -> pd.DataFrame:
+    """The first screen: per claim, its verdict on the paper's numbers and on ours, whether each could
+    have gone another way on its design, and which way an undecided one leans."""
+    rows = []
+    for p, o in zip(theirs, ours):
+        rows.append({"claim": f"`{p.key}`", "on the paper's numbers": design_text(p),
+                     "on this grid's numbers" + (f" ({metric_ours})" if metric_ours else ""): design_text(o)})
+    return pd.DataFrame(rows)
 
 
 def flips_text(c) -> str:
@@ -58,12 +100,21 @@ def claims_frame(theirs: list, ours: list | None = None) -> pd.DataFrame:
                "what would flip it": flips_text(p)}
         if ours is not None:
             o = ours[i]
-            row = {"claim": o.statement, **{k: v for k, v in row.items() if k != "claim"},
-                   "verdict (ours)": o.verdict + (f" (rests on {len(o.failed_runs)} run(s) that failed to learn)"
-                                                  if o.failed_runs else ""),
+            row = {"claim": p.statement, **{k: v for k, v in row.items() if k != "claim"},
+                   "verdict (ours)": o.verdict + _metric_note(p, o)
+                   + (f" (rests on {len(o.failed_runs)} run(s) that failed to learn)" if o.failed_runs else ""),
                    "specifications (ours)": robustness(o)}
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _metric_note(paper_claim, our_claim) -> str:
+    """Where our grid's pass@k is not the paper's (the toy's pass@4 against pass@32), the metric our
+    verdict was judged at."""
+    import re
+
+    theirs, ours = (set(re.findall(r"pass@\d+", c.statement)) for c in (paper_claim, our_claim))
+    return f" (judged at {', '.join(sorted(ours))})" if ours and ours != theirs else ""
 
 
 def _tally(claims_: list) -> str:
@@ -76,17 +127,20 @@ def _tally(claims_: list) -> str:
 
 
 def answer(data: dict) -> str:
-    """The page's first paragraph: how many claims hold on the paper's numbers and on ours."""
-    undecided = [c.key for c in data["claims_paper"] if c.verdict == judging.UNDECIDED]
+    """The page's first paragraph: how many claims hold on the paper's numbers and on ours, and how many
+    of the undecided ones could not have been supported on those numbers at all."""
     text = (f"**The answer.** On the paper's own numbers: {_tally(data['claims_paper'])}. On this grid's numbers: "
             f"{_tally(data['claims_ours'])}.")
+    forced = [c.key for c in data["claims_paper"] if not could_be_otherwise(c)]
+    if forced:
+        text += (f" {len(forced)} of the paper's undecided claims ({', '.join(f'`{k}`' for k in forced)}) cannot be "
+                 "supported on its published numbers whatever they are (unpaired means: the test sets alone are "
+                 "wider than the margin, or cells are missing): a reproduction with per-question results decides them "
+                 "(`softtokens plan --claims KEY` prices one).")
     failed = sorted({r for c in data["claims_ours"] for r in c.failed_runs})
     if failed:
         text += (f" {len(failed)} of this grid's runs failed to learn (their best trained step validates below their base "
                  f"model, or answers no validation question: {', '.join(failed)}); the verdicts resting on them say so.")
-    if undecided:
-        text += (f" Undecided means the evidence is short either way ({', '.join(f'`{k}`' for k in undecided)} on the "
-                 f"paper's numbers): each such claim says below what would decide it.")
     return text
 
 

@@ -101,11 +101,18 @@ def paper_claims_block(root: Path) -> str:
     """Every claim on the paper's own numbers: its margin, the verdict at the default specification,
     the share of specifications that support it, and what would flip it (verdict.claims, report.page)."""
     from softtokens.cells.paper import load_paper_results
-    from softtokens.report.claim_rows import claims_frame
+    from softtokens.report.claim_rows import claims_frame, design_text
     from softtokens.verdict.claims import judge_paper_claims
+    from softtokens.verdict.reproducibility import paper_reproducibility
 
-    judged = judge_paper_claims(load_paper_results())
+    paper = load_paper_results()
+    judged = judge_paper_claims(paper)
+    odds = paper_reproducibility(paper)   # the report page's P(same verdict), attached as it attaches it
+    for c in judged:
+        c.reproducibility = odds[c.key].record() if c.key in odds else None
     frame = claims_frame(judged)
+    frame.insert(3, "what these numbers could decide", [design_text(c).replace(f"**{c.verdict}**; ", "")
+                                                         if c.design else "—" for c in judged])
     frame.insert(1, "the paper's words (line)", [
         "; ".join(f"\"{q['text']}\" ({q['where'].rsplit('line ', 1)[1].rstrip(')')})" for q in c.quotes) for c in judged])
     frame["verdict (the paper's numbers)"] = [f"**{v}**" for v in frame["verdict (the paper's numbers)"]]
@@ -122,6 +129,31 @@ def judging_choices_block(root: Path) -> str:
     arc = {d: admitted_ddof(paper, "arc", "accuracy", 1165, d) for d in (0, 1)}
     return (choices_frame().to_markdown(index=False) + "\n\nThe paper's ± on ARC-Challenge (1,165 questions, 3 seeds): "
             + ", ".join(f"ddof {d}: {k} of {n} trained cells admit a seed triple" for d, (k, n) in arc.items()) + ".")
+
+
+def degrees_of_freedom_block(root: Path) -> str:
+    """The worked case of Welch-Satterthwaite degrees of freedom, its p-values computed (verdict.uncertainty):
+    two 2-seed cells of different runs, seed variances 8/2 and 2/2 (values 60, 64 and 50, 52), no test set."""
+    from softtokens.verdict.uncertainty import difference, survival
+
+    cell = {"model": "m", "train_dataset": "d", "variant": "", "benchmark": "b", "setting": "hard_sample",
+            "metric": "pass@4", "n": 2, "sampling_var": 0.0, "seeds": (0, 1), "questions": None}
+    est = difference({**cell, "train_mode": "soft", "mean": 62.0, "std": 8 ** 0.5, "values": (60.0, 64.0)},
+                     {**cell, "train_mode": "hard", "mean": 51.0, "std": 2 ** 0.5, "values": (50.0, 52.0)})
+    return (f"- **Degrees of freedom.** Welch–Satterthwaite: each run's seed part has n − 1, the test-set part is\n"
+            f"  taken as exact. A difference of two 2-seed cells with no test-set term, seed variances 4 and 1, has\n"
+            f"  25/17 = {est.df:.2f} df; its one-sided p-value at 3 standard errors is {survival(3.0, est.df):.3f} by "
+            f"Student's t and {survival(3.0, float('inf')):.4f} by the\n  normal. A contrast dominated by its test set "
+            f"is judged as by z.")
+
+
+def specifications_block(root: Path) -> str:
+    """How many specifications each source's verdicts are judged under (verdict.choices.alternatives)."""
+    from softtokens.verdict.choices import alternatives
+
+    return (f"- **What would flip it.** Every claim is judged again under each alternative of every choice below\n"
+            f"  (one at a time: {len(alternatives('paper'))} specifications on the paper's numbers, "
+            f"{len(alternatives('ours'))} on ours).")
 
 
 def datasets_block(root: Path) -> str:
@@ -173,11 +205,13 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "paper-memory-plan": paper_memory_plan_block,
     "datasets": datasets_block,
     "claims-budget": claims_budget_block,
+    "degrees-of-freedom": degrees_of_freedom_block,
+    "specifications": specifications_block,
 }
 
 # which files hold which blocks (paths from the repository root)
 FILES: dict[str, tuple[str, ...]] = {
-    "docs/protocol.md": ("paper-claims", "judging-choices", "claims-budget"),
+    "docs/protocol.md": ("paper-claims", "judging-choices", "claims-budget", "degrees-of-freedom", "specifications"),
     "docs/cluster.md": ("paper-plan",),
     "docs/memory-plan.md": ("paper-memory-plan",),
     "docs/data-and-reward.md": ("datasets",),

@@ -28,6 +28,7 @@ from softtokens.report.claim_rows import (
     answer,
     choices_frame,
     claims_frame,
+    glance_frame,
     method,
     robustness,
     words,
@@ -37,7 +38,8 @@ from softtokens.run import paths
 from softtokens.run.files import write_text
 from softtokens.run.provenance import Provenance
 from softtokens.verdict import claims, judging, reproduction
-from softtokens.verdict.choices import DEFAULT, MARGINS, Spec
+from softtokens.verdict.choices import MARGINS, Spec
+from softtokens.verdict.judging import passk_metric
 
 MISSING = "missing"
 MARGINS_TEXT = ", ".join(f"{m.value:g} {m.unit}" for m in MARGINS.values())
@@ -64,9 +66,13 @@ def cell_table(comparison: pd.DataFrame) -> pd.DataFrame:
         "model": comparison.model, "training": comparison.apply(_training, axis=1),
         "variant": comparison.paper_variant.replace("", "-"), "benchmark": comparison.benchmark,
         "setting": comparison.setting, "metric": comparison.metric,
-        "paper": [_pm(m, s, paper_seeds(t, v), d, show_n=False) for m, s, t, v, d in
-                  zip(comparison.paper_mean, comparison.paper_std, comparison.train_mode, comparison.variant, digits)],
-        "ours": [_pm(m, s, n, d) for m, s, n, d in zip(comparison.ours_mean, comparison.ours_std, comparison.ours_n, digits)],
+        # each ± labelled as what it is: the paper's as printed (read as a population std: verdict.choices),
+        # ours the sample std over seeds
+        "paper (± as printed: population std)": [
+            _pm(m, s, paper_seeds(t, v), d, show_n=False) for m, s, t, v, d in
+            zip(comparison.paper_mean, comparison.paper_std, comparison.train_mode, comparison.variant, digits)],
+        "ours (± sample std)": [_pm(m, s, n, d) for m, s, n, d in
+                                zip(comparison.ours_mean, comparison.ours_std, comparison.ours_n, digits)],
         "diff": ["" if pd.isna(x) else f"{x:+.{d}f}" for x, d in zip(comparison["diff"], digits)],
         "interval": ["" if pd.isna(lo) else f"[{lo:+.{d}f}, {hi:+.{d}f}]"
                      for lo, hi, d in zip(comparison.ci_low, comparison.ci_high, digits)],
@@ -104,14 +110,10 @@ def our_tables(benchmarks: list[str]) -> dict:
 
 def judging_spec(settings: dict) -> Spec:
     """The default specification with the config's `judging` block applied (margins per claim)."""
-    block = (settings.get("config") or {}).get("judging") or {}
-    margins = block.get("margins") or {}
-    known = {d.key for d in claims.registry()}
-    unknown = sorted(set(margins) - known)
-    if unknown:
-        raise SystemExit(f"config.yaml judging.margins: unknown claim(s) {', '.join(unknown)} (claims: "
-                         f"{', '.join(sorted(known))})")
-    return DEFAULT.with_margins(margins)
+    try:
+        return claims.judging_spec(settings.get("config"))
+    except claims.MarginError as err:
+        raise SystemExit(f"config.yaml {err}") from None
 
 
 def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
@@ -187,6 +189,7 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
     n_files = len(data["seeds"].path.unique()) if not data["seeds"].empty else 0
     blocks: list[tuple[str, object]] = [("h1", f"Reproduction report: grid `{grid}`")]
     blocks.append(("p", answer(data)))
+    blocks.append(("table", glance_frame(data["claims_paper"], data["claims_ours"], passk_metric(data["ours"]))))
     if toy:
         blocks.append(("p", f"This is the toy grid: a {toy_parameters(settings)}-parameter Llama trained on synthetic arithmetic on a CPU. "
                             "None of its cells is a cell of the paper (the models, data and budgets differ), so the "
@@ -194,6 +197,9 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
                             "toy's own numbers with the paper's rules: they say whether the toy shows the paper's "
                             "effects, not whether the paper's numbers reproduce. The toy's k is its n samples."))
     blocks.append(("h2", "The paper's claims"))
+    blocks.append(("p", "Each claim's verdict under every specification, and how likely a reproduction of the paper's "
+                        "grid is to reach the same one (shown only where the verdict could have gone another way: an "
+                        "undecided verdict of a claim its numbers cannot support is the design's, not a finding)."))
     blocks.append(("table", claims_frame(data["claims_paper"], data["claims_ours"])))
     blocks.append(("p", method(data["spec"])))
     for c in data["claims_paper"]:

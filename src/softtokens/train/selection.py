@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 # A run whose best trained step answers no validation question right has learned nothing usable,
 # whatever its base scored (a diverged run: every validation 0.0); one below its base was made worse.
 FLOOR = 0.0

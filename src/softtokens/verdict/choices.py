@@ -12,10 +12,11 @@ generated from here (report.doc_blocks).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 # ---------------------------------------------------------------- margins ("similar" by how much)
-POINTS, NLL = "points", "nll"
+POINTS, NLL, RATIO = "points", "nll", "ratio"
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,11 @@ MARGINS = {
                    "is 'a gap' (5.5 and 7.2 on average, at least 2.3). Any margin between 1.0 and 5.5 calls the first "
                    "the same and the second different; 2.5 is their geometric middle, rounded to a half point. "
                    "Used for every percentage (pass@1, pass@k, accuracy)."),
+    RATIO: Margin(round(math.log(1.5), 4), "in log ratio (a factor of 1.5)",
+                  "'Roughly the same entropy profile': a mean CoT entropy within a factor of 1.5 of the base model's "
+                  "(the log of the ratio within ±0.405). The hard-trained models' hard-sample entropy the paper calls "
+                  "'substantially lower' sits at the base's greedy level, several times below its sampled entropy; "
+                  "1.5 keeps 'roughly the same' well inside that."),
     NLL: Margin(0.1, "nats per token",
                 "Half of the change the paper's own sentence calls a degradation: hard training's NLL of the correct "
                 "answer rises by 0.19 nats per token on average over the out-of-domain table's 15 cells. A "
@@ -62,6 +68,7 @@ class Spec:
     test_set: str = PAIRED              # the questions' variance: paired (ours), unpaired, none
     rho: float = 0.5                    # correlation of one training run's seed errors across its cells
     question_rho: float = 0.0           # unpaired cells of one benchmark: their test-set errors' correlation
+    reproduction_question_rho: float = 0.5  # the same, in a reproduction made here (plan --claims, its judge)
     nll_row_cv: float = 1.0             # the paper's NLL per question: spread / mean (its test-set term)
     margin_scale: float = 1.0           # every margin times this
     generally: float = 2 / 3            # the share "generally" asks for
@@ -141,6 +148,13 @@ CHOICES = (
            "median correlation of two models' per-question results on the toy's evaluation files (0.21-0.78 "
            "between trained models; 0.43 greedy, 0.63 sampled). Ours are paired, question by question.",
            (("questions correlated 0.5", {"question_rho": 0.5}),), sources=("paper",)),
+    Choice("question correlation in a reproduction", "reproduction_question_rho",
+           "A reproduction made with this project compares two of its cells paired, question by question; the "
+           "planner (`plan --claims`) simulates reproductions from the paper's means, which carry no per-question "
+           "results, so it reads two cells of one benchmark as unpaired with this correlation, and judges and draws "
+           "them alike (verdict.reproducibility draws each benchmark's test-set error once per reproduction, each "
+           "cell taking it with this correlation). 0.5: about the median of the toy's trained models (0.43 greedy, "
+           "0.63 sampled). Not a choice of the verdicts on the paper's or our numbers.", (), sources=("reproduction",)),
     Choice("NLL spread", "nll_row_cv",
            "The paper gives NLL means only; the per-question spread of a per-token NLL is taken as its mean "
            "(coefficient of variation 1), so a cell's test-set variance is mean^2/N. Halved and doubled tried.",

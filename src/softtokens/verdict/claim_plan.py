@@ -11,7 +11,9 @@ the paper grid made already (seeds 0-2) is not trained again.
 
 A reproduction made with this project compares two of its cells paired, question by question; the
 paper publishes no per-question results to say how correlated two cells' questions are, so the
-simulations take REPRODUCTION_QUESTION_RHO (an assumption, stated with each answer).
+simulations read them as unpaired with the named choice ``Spec.reproduction_question_rho``
+(verdict.choices), the same correlation for the draws and for the judge of each draw (stated with
+each answer). The config's ``judging.margins`` apply, as in the report.
 """
 
 from __future__ import annotations
@@ -29,9 +31,6 @@ from softtokens.run.names import MODES
 from softtokens.verdict import reproducibility as repro
 from softtokens.verdict.choices import DEFAULT, Spec
 
-# two cells of one benchmark in a reproduction made here: their per-question results' correlation (the
-# toy's trained models: 0.21-0.78, median 0.43 greedy and 0.63 sampled: verdict.choices)
-REPRODUCTION_QUESTION_RHO = 0.5
 PAPER_GRID = "paper"
 PAPER_SEEDS = PAPER_SEEDS_OF["main"]   # the seeds behind a published cell of the main tables
 GRIDS_DIR = Path("grids")   # from the repository root: the Snakefile reads every grids/*.yaml beside config.yaml
@@ -68,7 +67,9 @@ def _r(x):
 
 
 def reproduction_spec(spec: Spec = DEFAULT) -> Spec:
-    return replace(spec, question_rho=REPRODUCTION_QUESTION_RHO)
+    """How a reproduction made here is drawn and judged: its two cells of one benchmark correlated by
+    the named choice ``reproduction_question_rho`` (draws and judge alike: verdict.reproducibility)."""
+    return replace(spec, question_rho=spec.reproduction_question_rho)
 
 
 def cell_name(key: tuple) -> str:
@@ -171,7 +172,10 @@ def plan_claims(keys: list[str], config: dict, paper: pd.DataFrame, name: str | 
     """Everything `softtokens plan --claims` prints and writes: each claim assessed and costed alone, the
     claims kept (all, or under ``budget`` the best that fit, best first: the likeliest to be settled,
     then the cheapest), their grid and its forecast by job kind."""
-    claims = assess(keys, paper, power, draws)
+    from softtokens.verdict.claims import judging_spec
+
+    spec = judging_spec(config)   # the config's margins, as the report judges with them
+    claims = assess(keys, paper, power, draws, spec)
     for c in claims:
         c.gpu_hours = grid_cost(config, "_one", grid_for([c], config, "_one"))[0] if c.runs or c.evaluations else None
     kept = [c for c in claims if c.gpu_hours is not None]
@@ -188,7 +192,7 @@ def plan_claims(keys: list[str], config: dict, paper: pd.DataFrame, name: str | 
     grid = grid_for(kept, config, name)
     total, kinds = grid_cost(config, name, grid) if kept else (0.0, pd.DataFrame())
     return {"name": name, "claims": claims, "kept": kept, "dropped": dropped, "grid": grid, "gpu_hours": total,
-            "by_kind": kinds, "power": power, "budget": budget}
+            "by_kind": kinds, "power": power, "budget": budget, "spec": reproduction_spec(spec), "draws": draws}
 
 
 def write_grid(result: dict, out: Path) -> Path:
@@ -205,7 +209,8 @@ def plan_text(result: dict) -> str:
     """What `softtokens plan --claims` prints."""
     lines = [f"claims on a budget: simulated reproductions of the paper's grid ({repro.DRAWS} draws each, the paper's "
              f"numbers as the truth; two cells of a benchmark paired with a per-question correlation of "
-             f"{REPRODUCTION_QUESTION_RHO}, an assumption: verdict.claim_plan)", "",
+             f"{result['spec'].question_rho:g}, an assumption: verdict.choices; each probability ±"
+             f"{1.96 * 0.5 / result['draws'] ** 0.5:.3f} at most, Monte-Carlo)", "",
              "| claim | P(supported) | P(undecided) | P(contradicted) | seeds that settle it | cells | GPU-hours alone |",
              "|---|---|---|---|---|---|---|"]
     for c in result["claims"]:
@@ -233,4 +238,12 @@ def plan_text(result: dict) -> str:
 
 
 def plan_json(result: dict) -> str:
-    return json.dumps([c.record() for c in result["claims"]], indent=1)
+    """One JSON object: how the reproductions were drawn and judged (the correlation, the margins, the
+    draws and their Monte-Carlo error), each claim's record, the grid kept and its forecast."""
+    spec = result["spec"]
+    return json.dumps({"question_rho": spec.question_rho, "margins": dict(spec.margins), "draws": result["draws"],
+                       "monte_carlo_error_at_most": round(1.96 * 0.5 / result["draws"] ** 0.5, 4),
+                       "power": result["power"], "budget": result["budget"],
+                       "claims": [c.record() for c in result["claims"]],
+                       "kept": [c.claim for c in result["kept"]], "grid_name": result["name"], "grid": result["grid"],
+                       "gpu_hours": round(result["gpu_hours"], 1)}, indent=1)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from softtokens.verdict import uncertainty
 from softtokens.verdict.choices import AVERAGE, EVERY, Spec
 from softtokens.verdict.judging import (
+    NO_CELL,
     NOT_JUDGED,
     NOT_MEASURED,
     NOT_WORSE,
@@ -41,6 +42,7 @@ class Claim:
     reproducibility: dict | None = None   # each verdict's probability in simulated reproductions (verdict.reproducibility)
     source: str = "paper"
     failed_runs: list[str] = field(default_factory=list)   # runs the verdict rests on that failed to learn
+    design: dict | None = None      # what this design could decide (verdict.design.design_record)
 
     def __post_init__(self):
         if self.source not in SOURCES:
@@ -103,6 +105,8 @@ def failed_runs(parts: list[PartPlan], idx: dict) -> list[str]:
     runs = set()
     for part in parts:
         for c in part.comparisons:
+            if c.missing == NO_CELL:   # not measured at all: rests on nothing
+                continue
             for key, _ in c.terms:
                 cell_ = idx.get(key) or {}
                 for seed in cell_.get("failed_seeds") or ():
@@ -123,9 +127,18 @@ def part_words(p: dict) -> str:
     if p.get("expected") is not None and p["k"] > 1:
         text += (f"; {float(p['expected']):.1f} expected by chance if there were no difference" if p.get("difference")
                  else f"; {float(p['expected']):.1f} expected if the claim held exactly")
+    if p.get("missing"):
+        text += "; " + missing_words(p["missing"], p.get("comparisons") or p["k"])
     if p["not_informative"]:
         text += f"; {p['not_informative']} between identical cells, not counted"
     return text
+
+
+def missing_words(missing: dict, of: int) -> str:
+    """'3 of 30 comparisons cannot be made (no spread: one seed), counted undecided'."""
+    n = sum(missing.values())
+    why = "; ".join(f"{reason}: {count}" if len(missing) > 1 else reason for reason, count in missing.items())
+    return f"{n} of {of} comparisons cannot be made ({why}), counted undecided"
 
 
 def status_of(e: Evaluated, alpha: float) -> str:
@@ -136,6 +149,8 @@ def status_of(e: Evaluated, alpha: float) -> str:
 
 def evidence_line(e: Evaluated, margin: float, spec: Spec) -> str:
     c = e.comparison
+    if c.missing:
+        return f"cannot be made ({c.missing}), counted undecided: {c.label}"
     if e.est is None:
         return f"{'holds' if c.holds else 'fails'}: {c.label}"
     lo, hi = uncertainty.interval(e.est, spec.alpha)

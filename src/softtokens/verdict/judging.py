@@ -9,12 +9,19 @@ verdict.reproducibility, on thousands of simulated reproductions at once.
 
 Rules, each a one-sided test or two at level alpha:
 - SAME ("similar", "comparable", "matching", "preserve"): the difference's 1 - 2 alpha interval
-  inside +-margin (two one-sided tests); contradicted when it lies wholly outside.
+  inside +-margin (two one-sided tests); contradicted when |difference| > margin is established at
+  alpha: the p-value of |estimate| under the least favourable sameness (a true difference of exactly
+  +-margin), both tails counted, so that a large error cannot double the rate (the smaller of two
+  one-sided p-values would reach 2 alpha when the error dwarfs the margin).
 - NOT_WORSE ("best", "no benefit", "recover", "maintain"): above -margin; contradicted below it.
 - MORE / LESS ("outperform", "surpass", "degrade", "lower"): beyond 0 in the claimed direction;
   contradicted beyond 0 in the other. A claim of difference keeps its test: no margin.
 Verdicts: supported, contradicted, undecided (neither established). More noise widens every
-interval, so it can only move a verdict toward undecided.
+interval, so it can only move a verdict toward undecided. A comparison that cannot be made (a cell
+not there, or with no spread: one seed) is never dropped: it counts as undecided in every quantifier
+(it can block "every", never help "most"), and the verdict names it. A claim is supported when every
+part is (each at alpha: intersection-union), contradicted when one part is, each part's contradiction
+held at alpha / parts (Bonferroni), so the claim's contradiction is held at alpha family-wise.
 """
 
 from __future__ import annotations
@@ -25,15 +32,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from softtokens.cells.lookup import (  # noqa: F401  (the claims read them from here too)
+    NO_CELL,
     TRAINED,
     cell,
     entropy_rows,
     fmt,
+    gap,
     groups,
     identical,
     index_cells,
     key_of,
-    known,
     ood_groups,
     passk_metric,
 )
@@ -80,6 +88,7 @@ class Comparison:
     rule: str
     informative: bool = True      # False: two cells with identical per-seed values (says nothing)
     holds: bool | None = None     # a FIXED check's outcome (no statistics: the entropy claim)
+    missing: str | None = None    # why it cannot be made (cells.lookup.gap): it counts as undecided
 
 
 @dataclass(frozen=True)
@@ -96,14 +105,21 @@ class PartPlan:
 
 
 def compare(label: str, a: dict, b: dict, rule: str) -> Comparison:
-    """a - b under ``rule``; not informative when the two cells have identical per-seed values."""
-    return Comparison(label, ((key_of(a), 1.0), (key_of(b), -1.0)), rule, informative=not identical(a, b))
+    """a - b under ``rule``; not informative when the two cells have identical per-seed values; missing
+    (undecided, named) when either cannot enter (cells.lookup.gap)."""
+    missing = gap(a, b)
+    return Comparison(label, ((key_of(a), 1.0), (key_of(b), -1.0)), rule,
+                      informative=missing is not None or not identical(a, b), missing=missing)
 
 
 def average(label: str, pairs: list[tuple[dict, dict]], rule: str) -> Comparison:
-    """The mean of (a_i - b_i) over the pairs under ``rule`` (a shared cell carries its summed weight)."""
+    """The mean of (a_i - b_i) over the pairs under ``rule`` (a shared cell carries its summed weight);
+    missing when any pair cannot enter: an average over fewer pairs would be another claim."""
     m = len(pairs)
-    return Comparison(label, tuple(t for a, b in pairs for t in ((key_of(a), 1.0 / m), (key_of(b), -1.0 / m))), rule)
+    gaps = [g for a, b in pairs for g in [gap(a, b)] if g]
+    missing = f"{len(gaps)} of its {m} pairs: {gaps[0]}" if gaps else None
+    return Comparison(label, tuple(t for a, b in pairs for t in ((key_of(a), 1.0 / m), (key_of(b), -1.0 / m))), rule,
+                      missing=missing)
 
 
 # ---------------------------------------------------------------- tests
@@ -111,7 +127,7 @@ def test(est: uncertainty.Estimate, rule: str, margin: float):
     """(p of the claim's reading, p of its contradiction) for one contrast (module docstring)."""
     if rule == SAME:
         return (np.maximum(uncertainty.p_greater(est, -margin), uncertainty.p_less(est, margin)),
-                np.minimum(uncertainty.p_greater(est, margin), uncertainty.p_less(est, -margin)))
+                uncertainty.p_outside(est, margin))
     if rule == NOT_WORSE:
         return uncertainty.p_greater(est, -margin), uncertainty.p_less(est, -margin)
     if rule == MORE:
@@ -143,18 +159,20 @@ def needed(k: int, quantifier: str, spec: Spec) -> int:
     return k          # every, on average (one contrast)
 
 
-def quantify(p_sup: np.ndarray, p_con: np.ndarray, m: int, spec: Spec) -> np.ndarray:
+def quantify(p_sup: np.ndarray, p_con: np.ndarray, m: int, spec: Spec, con_alpha: float | None = None) -> np.ndarray:
     """Per draw, 1 supported / -1 contradicted / 0 undecided: at least m of k units established
-    (rows of p_sup), or k - m + 1 failures established (rows of p_con). Family-wise: the m-th smallest
-    p-value times k - m + 1 (partial conjunction, Bonferroni form; verdict.choices); raw: counts at alpha."""
+    (rows of p_sup), or k - m + 1 failures established (rows of p_con) at ``con_alpha`` (a claim's share
+    of alpha: claim_parts). Family-wise: the m-th smallest p-value times k - m + 1 (partial conjunction,
+    Bonferroni form; verdict.choices); raw: counts at alpha."""
     k = p_sup.shape[0]
+    con_alpha = spec.alpha if con_alpha is None else con_alpha
     p_sup, p_con = np.nan_to_num(p_sup, nan=1.0), np.nan_to_num(p_con, nan=1.0)
     if spec.multiplicity == FAMILY_WISE:
         sup = (k - m + 1) * np.sort(p_sup, axis=0)[m - 1] <= spec.alpha
-        con = m * np.sort(p_con, axis=0)[k - m] <= spec.alpha
+        con = m * np.sort(p_con, axis=0)[k - m] <= con_alpha
     else:
         sup = (p_sup <= spec.alpha).sum(axis=0) >= m
-        con = (p_con <= spec.alpha).sum(axis=0) >= k - m + 1
+        con = (p_con <= con_alpha).sum(axis=0) >= k - m + 1
     return np.where(sup, 1, np.where(con, -1, 0))
 
 
@@ -170,7 +188,7 @@ def by_unit(p_sup: np.ndarray, p_con: np.ndarray, units: list[str]):
 
 @dataclass
 class Evaluated:
-    """One comparison under a specification."""
+    """One comparison under a specification (``est`` None: a fixed check, or one that cannot be made)."""
 
     comparison: Comparison
     est: uncertainty.Estimate | None
@@ -180,6 +198,8 @@ class Evaluated:
 
 
 def evaluate_comparison(c: Comparison, idx: dict, spec: Spec, margin: float) -> Evaluated:
+    if c.missing:      # counts as undecided: established neither way, and 0 expected to hold
+        return Evaluated(c, None, 1.0, 1.0, 0.0)
     if c.rule == FIXED:
         p = 0.0 if c.holds else 1.0
         return Evaluated(c, None, p, 1.0 - p)
@@ -188,18 +208,28 @@ def evaluate_comparison(c: Comparison, idx: dict, spec: Spec, margin: float) -> 
     return Evaluated(c, est, p_sup, p_con, chance(est, c.rule, margin, spec))
 
 
-def evaluate_part(part: PartPlan, idx: dict, spec: Spec, margin: float) -> dict:
-    """A part's verdict code(s) under ``spec`` and what it rests on (scalars where the cells are)."""
+def evaluate_part(part: PartPlan, idx: dict, spec: Spec, margin: float, con_alpha: float | None = None) -> dict:
+    """A part's verdict code(s) under ``spec`` and what it rests on (scalars where the cells are). A part
+    whose every comparison lacks a cell is not measured (the numbers do not have it at all); one that
+    lacks some counts those as undecided, and names them (``missing``: reason -> count)."""
     informative = [c for c in part.comparisons if c.informative]
     done = [evaluate_comparison(c, idx, spec, margin) for c in informative]
+    missing: dict[str, int] = {}
+    for c in informative:
+        if c.missing:
+            missing[c.missing] = missing.get(c.missing, 0) + 1
     out = {"name": part.name, "quantifier": part.quantifier, "evaluated": done,
            "skipped": [c for c in part.comparisons if not c.informative],
-           "not_informative": len(part.comparisons) - len(informative)}
-    if not done:
-        out.update(code=None, k=0, m=0, unit_name=part.unit_name)
+           "not_informative": len(part.comparisons) - len(informative), "missing": missing}
+    if not done or all(c.missing == NO_CELL for c in informative):
+        out.update(code=None, k=0, m=0, unit_name=part.unit_name, missing={}, evaluated=[])
         return out
     p_sup = np.stack([np.asarray(e.p_sup, dtype=float) for e in done])
     p_con = np.stack([np.asarray(e.p_con, dtype=float) for e in done])
+    if p_sup.ndim > 1:   # draws: a comparison that cannot be made is undecided in every draw
+        width = max(np.asarray(e.p_sup).size for e in done)
+        p_sup = np.stack([np.broadcast_to(np.asarray(e.p_sup, dtype=float), (width,)) for e in done])
+        p_con = np.stack([np.broadcast_to(np.asarray(e.p_con, dtype=float), (width,)) for e in done])
     units = [u for c, u in zip(part.comparisons, part.units or [None] * len(part.comparisons)) if c.informative]
     unit_name = "comparison"
     if part.units is not None and spec.unit == SENTENCE_UNIT:
@@ -207,13 +237,23 @@ def evaluate_part(part: PartPlan, idx: dict, spec: Spec, margin: float) -> dict:
         unit_name = part.unit_name
     k = p_sup.shape[0]
     m = needed(k, part.quantifier, spec)
-    out.update(code=quantify(p_sup, p_con, m, spec), k=k, m=m, unit_name=unit_name,
+    con_alpha = spec.alpha if con_alpha is None else con_alpha
+    out.update(code=quantify(p_sup, p_con, m, spec, con_alpha), k=k, m=m, unit_name=unit_name,
                supported=(np.nan_to_num(p_sup, nan=1.0) <= spec.alpha).sum(axis=0),
-               contradicted=(np.nan_to_num(p_con, nan=1.0) <= spec.alpha).sum(axis=0))
+               contradicted=(np.nan_to_num(p_con, nan=1.0) <= con_alpha).sum(axis=0))
     if unit_name == "comparison" and all(e.chance is not None for e in done):
         out["expected"] = sum(np.asarray(e.chance, dtype=float) for e in done)
-        out["difference"] = all(e.comparison.rule in (MORE, LESS) for e in done)
+        out["difference"] = all(e.comparison.rule in (MORE, LESS) for e in done if not e.comparison.missing)
     return out
+
+
+def claim_parts(plan: list[PartPlan], idx: dict, spec: Spec, margin: float) -> list[dict]:
+    """Every part of a claim evaluated, each part's contradiction at alpha over the parts that have
+    comparisons (Bonferroni): a claim is contradicted when one part is, so k parts would otherwise
+    give it k chances. The one place a plan becomes verdict codes (judge, simulations, designs)."""
+    measured = sum(any(c.informative and c.missing != NO_CELL for c in p.comparisons) for p in plan)
+    con_alpha = spec.alpha / max(1, measured)
+    return [evaluate_part(p, idx, spec, margin, con_alpha) for p in plan]
 
 
 def claim_code(parts: list[dict]):
@@ -246,10 +286,8 @@ def similar_to_hard(idx, groups_: list[tuple], metric: str) -> tuple[list[Compar
         hard = cell(idx, model, ds, "hard", bench, "hard_greedy", metric)
         for mode in CONTINUOUS:
             r = cell(idx, model, ds, mode, bench, "hard_greedy", metric)
-            if known(hard, r):
-                out.append(compare(f"{model} trained on {ds}, {bench}: {mode} {fmt(r)} vs hard {fmt(hard)}",
-                                   r, hard, SAME))
-                units.append(f"{model} on {ds}")
+            out.append(compare(f"{model} trained on {ds}, {bench}: {mode} {fmt(r)} vs hard {fmt(hard)}", r, hard, SAME))
+            units.append(f"{model} on {ds}")
     return out, units
 
 
@@ -261,8 +299,7 @@ def nll_pairs(idx, mode: str, against: str):
         r = cell(idx, model, ds, mode, bench, "loglik", "nll_correct")
         ref = (cell(idx, model, "none", "none", bench, "loglik", "nll_correct") if against == "base"
                else cell(idx, model, ds, against, bench, "loglik", "nll_correct"))
-        if known(r, ref):
-            out.append((r, ref, f"  {model} trained on {ds}, {bench}: {mode} {fmt(r)} vs {against} {fmt(ref)}"))
+        out.append((r, ref, f"  {model} trained on {ds}, {bench}: {mode} {fmt(r)} vs {against} {fmt(ref)}"))
     return out
 
 

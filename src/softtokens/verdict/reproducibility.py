@@ -10,7 +10,9 @@ The model of a reproduction, per training run (its cells share the run's seeds) 
 - a seed's value of a cell is its published mean plus the run's seed effect, sd the cell's sample std
   (its ± read by verdict.choices), correlated between two cells of one run by ``Spec.rho``;
 - the cell's mean over its seeds takes one more draw of the test-set error (the same questions for
-  every seed: binomial at the benchmark's size for a proportion, the NLL's stated spread);
+  every seed: binomial at the benchmark's size for a proportion, the NLL's stated spread), drawn once
+  per reproduction and benchmark and taken by each of its cells with the correlation the judge reads
+  unpaired cells with (``Spec.question_rho``: verdict.choices), so the simulation draws as the judge reads;
 - the reproduction reports the mean and sample std over its seeds, means only (judged as the paper's
   numbers are: unpaired, the seeds' spread modelled). A base model is one evaluation: the test set only.
 Every draw of every cell is a numpy array, so thousands of reproductions are judged in one pass of a
@@ -25,11 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from softtokens.data.sources import test_size
+from softtokens.cells.paper import paper_test_size
 from softtokens.verdict.choices import DEFAULT, Spec
 from softtokens.verdict.claims import registry
 from softtokens.verdict.claims.define import ClaimDef, Context
-from softtokens.verdict.judging import claim_code, evaluate_part, index_cells, passk_metric
+from softtokens.verdict.judging import claim_code, claim_parts, index_cells, passk_metric
 from softtokens.verdict.uncertainty import RUN_KEYS
 
 DRAWS = 1000                                   # simulated reproductions per question asked
@@ -58,9 +60,9 @@ class Reproducibility:
         return None if self.p_supported is None else self.p_supported + self.p_contradicted
 
 
-def plan_cells(plan) -> set[tuple]:
-    """The cell keys a claim's plan reads."""
-    return {key for part in plan for c in part.comparisons for key, _ in c.terms}
+def plan_cells(plan, measurable: bool = False) -> set[tuple]:
+    """The cell keys a claim's plan reads (``measurable``: only those of comparisons that can be made)."""
+    return {key for part in plan for c in part.comparisons if not (measurable and c.missing) for key, _ in c.terms}
 
 
 def draw_cells(truth: dict, keys: set[tuple], seeds: int, draws: int, rng: np.random.Generator,
@@ -73,6 +75,8 @@ def draw_cells(truth: dict, keys: set[tuple], seeds: int, draws: int, rng: np.ra
         runs.setdefault(key[:4], []).append(key)
     drawn = {}
     rho = min(max(spec.rho, 0.0), 1.0)
+    q_rho = min(max(spec.question_rho, 0.0), 1.0)
+    questions = {bench: rng.standard_normal(draws) for bench in sorted({(k[4], k[6]) for k in keys})}
     for run, members in runs.items():
         shared = rng.standard_normal((draws, seeds))
         for key in members:
@@ -83,7 +87,8 @@ def draw_cells(truth: dict, keys: set[tuple], seeds: int, draws: int, rng: np.ra
             z = math.sqrt(rho) * shared[:, :n] + math.sqrt(1 - rho) * rng.standard_normal((draws, n))
             values = truth_mean + sd * z
             test_sd = math.sqrt(max(float(cell["sampling_var"]), 0.0))
-            mean = values.mean(axis=1) + test_sd * rng.standard_normal(draws)
+            test_z = math.sqrt(q_rho) * questions[(key[4], key[6])] + math.sqrt(1 - q_rho) * rng.standard_normal(draws)
+            mean = values.mean(axis=1) + test_sd * test_z
             if cell["metric"] != "nll_correct":
                 mean = np.clip(mean, 0.0, 100.0)
             std = values.std(axis=1, ddof=1) if n > 1 else np.zeros(draws)
@@ -97,7 +102,7 @@ def draw_cells(truth: dict, keys: set[tuple], seeds: int, draws: int, rng: np.ra
 def _sampling_var(cell: dict, mean: np.ndarray, spec: Spec) -> np.ndarray:
     """A cell's test-set variance at each drawn mean, as the judge would estimate it from the
     reproduction's mean (reproduction.paper_sampling_var, on arrays)."""
-    size = test_size(cell["benchmark"])
+    size = paper_test_size(cell["benchmark"])
     if size is None:
         return np.full_like(mean, float(cell["sampling_var"]))
     if cell["metric"] == "nll_correct":
@@ -112,13 +117,13 @@ def simulate(defn: ClaimDef, plan, truth: dict, seeds: int, draws: int = DRAWS, 
     if plan is None:
         return Reproducibility(defn.key, seeds, 0, None, None, None,
                                "not simulated: the paper gives this as figures only, no cell to draw from")
-    keys = plan_cells(plan)
+    keys = plan_cells(plan, measurable=True)
     if not keys:
         return Reproducibility(defn.key, seeds, 0, None, None, None,
                                "not simulated: no cell of the paper's grid is one this claim reads")
     rng = np.random.default_rng([seed, seeds])
     drawn = draw_cells(truth, keys, seeds, draws, rng, spec)
-    code = claim_code([evaluate_part(p, drawn, spec, spec.margin(defn.key, defn.margin)) for p in plan])
+    code = claim_code(claim_parts(plan, drawn, spec, spec.margin(defn.key, defn.margin)))
     if code is None:
         return Reproducibility(defn.key, seeds, draws, None, None, None, "not simulated: nothing to compare")
     code = np.broadcast_to(np.asarray(code), (draws,))

@@ -32,9 +32,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from softtokens.cells.paper import CELL_KEYS, TABLES, paper_seeds
+from softtokens.cells.paper import CELL_KEYS, TABLES, paper_seeds, paper_test_size
 from softtokens.cells.spread import cell_se, proportion_var
-from softtokens.data.sources import test_size
 from softtokens.verdict import uncertainty
 from softtokens.verdict.choices import DEFAULT, MARGINS, NLL, POINTS, Spec
 
@@ -61,10 +60,21 @@ def paper_cells(paper: pd.DataFrame, spec: Spec = DEFAULT, precedence: tuple[str
     """The paper's numbers as cells: one row per key, from the first table of ``precedence`` that
     prints it (paper_conflicts lists where tables disagree); seeds (3, 2 for the ablations, 1 for a
     base model); ``std`` the sample std its printed ± implies under ``spec`` (``shown_std`` the
-    printed one); the test-set variance its benchmark's size implies; se."""
+    printed one); the test-set variance its benchmark's size implies; se. A cell a table prints that the
+    file lacks (cells.paper.missing_cells) is a row with no number and ``missing`` saying so, so that
+    every verdict that would have read it names it and counts it undecided (judging)."""
     rank = {t: i for i, t in enumerate(precedence)}
     ordered = paper.assign(_rank=paper.table.map(lambda t: rank.get(t, len(rank)))).sort_values("_rank", kind="stable")
     cells = with_spread(ordered.drop_duplicates(CELL_KEYS)[[*CELL_KEYS, "table", "mean", "std"]], spec)
+    cells["missing"] = None
+    lost = paper.attrs.get("missing")
+    if lost is not None and not lost.empty:
+        lost = lost.drop_duplicates(CELL_KEYS)
+        lost = lost[~lost.set_index(CELL_KEYS).index.isin(cells.set_index(CELL_KEYS).index)]
+        source = paper.attrs.get("source", "the paper-numbers file")
+        holes = lost.assign(mean=float("nan"), std=float("nan"), n=0, shown_std=float("nan"),
+                            sampling_var=float("nan"), se=float("nan"), missing=f"missing from {source}")
+        cells = pd.concat([cells, holes[cells.columns]], ignore_index=True)
     cells["values"] = None
     cells["seeds"] = None
     cells["questions"] = None
@@ -94,7 +104,7 @@ def with_spread(paper: pd.DataFrame, spec: Spec = DEFAULT) -> pd.DataFrame:
 
 
 def paper_sampling_var(benchmark: str, metric: str, mean: float, nll_row_cv: float = DEFAULT.nll_row_cv) -> float:
-    n = test_size(benchmark)  # a paper benchmark is named as its loader
+    n = paper_test_size(benchmark)
     if n is None:
         return float("nan")
     if metric == "nll_correct":

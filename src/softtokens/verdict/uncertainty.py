@@ -243,6 +243,19 @@ def p_less(est: Estimate, threshold) -> object:
     return p_greater(neg, -threshold)
 
 
+def p_outside(est: Estimate, margin) -> object:
+    """p-value of 'the true contrast lies outside +-margin': the chance of an estimate at least as far from
+    0 as this one when the truth is the least favourable inside, exactly +-margin (both tails), so the
+    test holds its level however large the error (each one-sided test alone would, at a true difference
+    of +margin, also fire below -margin: up to twice the level when the error dwarfs the margin)."""
+    value, se = np.abs(np.asarray(est.value, dtype=float)), np.asarray(est.se, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        near = np.where(se > 0, (value - margin) / se, np.where(value > margin, np.inf, -np.inf))
+        far = np.where(se > 0, (value + margin) / se, np.inf)
+    out = np.minimum(1.0, np.asarray(survival(near, est.df)) + np.asarray(survival(far, est.df)))
+    return float(out) if out.ndim == 0 else out
+
+
 def interval(est: Estimate, alpha: float):
     """The two-sided 1 - 2 alpha confidence interval (the one two one-sided tests at alpha read)."""
     half = quantile(1 - alpha, est.df) * est.se

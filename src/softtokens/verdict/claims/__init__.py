@@ -10,15 +10,18 @@ plus its test. docs/protocol.md discusses each.
 
 from softtokens.verdict.claims.define import ClaimDef, Context
 from softtokens.verdict.claims.judge import (
+    MarginError,
     judge_claim,
     judge_claims,
     judge_paper_claims,
     judge_set,
+    judging_spec,
+    margin_problems,
     paper_index,
     plans_for,
     precedence_sensitivity,
     registry,
 )
 
-__all__ = ["ClaimDef", "Context", "judge_claim", "judge_claims", "judge_paper_claims", "judge_set", "paper_index", "plans_for",
+__all__ = ["ClaimDef", "Context", "MarginError", "judging_spec", "margin_problems", "judge_claim", "judge_claims", "judge_paper_claims", "judge_set", "paper_index", "plans_for",
            "precedence_sensitivity", "registry"]

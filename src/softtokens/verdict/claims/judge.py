@@ -9,6 +9,7 @@ reproductions)."""
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import pkgutil
 from collections.abc import Callable
@@ -16,14 +17,16 @@ from functools import lru_cache
 
 import pandas as pd
 
+from softtokens.cells.lookup import entropy_cells
 from softtokens.verdict.choices import DEFAULT, MARGINS, Spec, alternatives
 from softtokens.verdict.claims.define import ClaimDef, Context
+from softtokens.verdict.design import design_record
 from softtokens.verdict.judged import Claim, evidence_line, failed_runs, part_words, status_of
 from softtokens.verdict.judging import (
     NOT_JUDGED,
     UNDECIDED,
     claim_code,
-    evaluate_part,
+    claim_parts,
     index_cells,
     margin_record,
     passk_metric,
@@ -51,6 +54,35 @@ def registry() -> tuple[ClaimDef, ...]:
                 raise ValueError(f"claim {d.key!r} declared twice ({info.name} and another module)")
             found[d.key] = d
     return tuple(sorted(found.values(), key=lambda d: (d.order, d.key)))
+
+
+class MarginError(ValueError):
+    """A judging.margins entry the claims cannot use; the message names the key."""
+
+
+def margin_problems(margins: dict | None) -> list[str]:
+    """What is wrong with a config's ``judging.margins``: a key that is no claim, or a claim that declares
+    no margin (a claim of difference keeps its test: a margin there would be silently ignored)."""
+    defs = {d.key: d for d in registry()}
+    out = []
+    for key in sorted(margins or {}):
+        if key not in defs:
+            close = difflib.get_close_matches(key, defs, n=1)
+            out.append(f"judging.margins.{key}: no such claim" + (f" (did you mean {close[0]!r}?)" if close else "")
+                       + f"; claims with a margin: {', '.join(k for k, d in defs.items() if d.margin)}")
+        elif defs[key].margin is None:
+            out.append(f"judging.margins.{key}: this claim declares no margin (its rule is a test of difference, "
+                       f"{defs[key].rule.split('.')[0][:80]}...); remove the entry")
+    return out
+
+
+def judging_spec(config: dict | None, base: Spec = DEFAULT) -> Spec:
+    """The specification a config asks for: ``base`` with its ``judging.margins`` (checked: MarginError)."""
+    margins = ((config or {}).get("judging") or {}).get("margins") or {}
+    problems = margin_problems(margins)
+    if problems:
+        raise MarginError("; ".join(problems))
+    return base.with_margins(margins)
 
 
 def plans_for(idx: dict, entropy: pd.DataFrame | None, keys: tuple[str, ...] | None = None
@@ -84,7 +116,7 @@ def judge_set(index_for: Callable[[Spec], dict], source: str, entropy: pd.DataFr
         if plan is None:
             c.verdict = NOT_JUDGED
         else:
-            parts = [evaluate_part(p, idx, spec, margin) for p in plan]
+            parts = claim_parts(plan, idx, spec, margin)
             c.verdict = verdict_of(claim_code(parts))
             c.failed_runs = failed_runs(plan, idx)
             c.parts = [part_record(p) for p in parts]
@@ -93,6 +125,8 @@ def judge_set(index_for: Callable[[Spec], dict], source: str, entropy: pd.DataFr
                 for e in p["evaluated"]:
                     if e.est is not None:
                         c.comparisons[e.est.kind] = c.comparisons.get(e.est.kind, 0) + 1
+            unit = MARGINS[d.margin].unit if d.margin else "points"
+            c.design = design_record(parts, c.verdict, spec, margin, unit, UNDECIDED)
             if c.verdict == UNDECIDED:
                 c.decide = what_decides(parts, margin, spec)
         claims.append(c)
@@ -104,7 +138,7 @@ def judge_set(index_for: Callable[[Spec], dict], source: str, entropy: pd.DataFr
                 if plan is None:
                     continue
                 verdict = c.verdict if alt == spec else verdict_of(claim_code(
-                    [evaluate_part(p, alt_idx, alt, alt.margin(d.key, d.margin)) for p in plan]))
+                    claim_parts(plan, alt_idx, alt, alt.margin(d.key, d.margin))))
                 c.sensitivity.append({"specification": label, "verdict": verdict})
         for c in claims:
             if c.sensitivity:
@@ -121,6 +155,8 @@ def part_record(p: dict) -> dict:
     out["expected"] = None if p.get("expected") is None else round(float(p["expected"]), 2)
     out["difference"] = bool(p.get("difference", False))
     out["code"] = None if p["code"] is None else int(p["code"])
+    out["missing"] = dict(p.get("missing") or {})
+    out["comparisons"] = len(p.get("evaluated") or [])
     out["words"] = part_words(out)
     return out
 
@@ -170,8 +206,9 @@ def what_decides(parts: list[dict], margin: float, spec: Spec) -> str:
 # ---------------------------------------------------------------- the two sources
 def judge_claims(cells: pd.DataFrame | dict, entropy: pd.DataFrame | None = None, spec: Spec = DEFAULT,
                  sensitivity: bool = True, keys: tuple[str, ...] | None = None) -> list[Claim]:
-    """Every claim (or those of ``keys``) on our cells; ``entropy`` (judging.entropy_rows) for the entropy claim."""
-    idx = index_cells(cells)
+    """Every claim (or those of ``keys``) on our cells; ``entropy`` (judging.entropy_rows) for the entropy claim
+    (its cells join ours: cells.lookup.entropy_cells)."""
+    idx = {**index_cells(cells), **entropy_cells(entropy)}
     return judge_set(lambda _: idx, "ours", entropy, spec, sensitivity, keys)
 
 

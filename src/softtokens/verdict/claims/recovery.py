@@ -11,7 +11,6 @@ from softtokens.verdict.judging import (
     cell,
     compare,
     fmt,
-    known,
     quote,
 )
 
@@ -22,21 +21,17 @@ def plan(idx, ctx):
     metric = ctx.metric or "pass@32"
     checks = {"hard below the base on MATH-500": [], "soft and fuzzy recover on MATH-500": [],
               "soft and fuzzy maintain GSM8K": []}
-    wanted = 0
     for bench, setting, m in ((OTHER, "hard_greedy", "pass@1"), (OTHER, "hard_sample", metric),
                               (TRAINED_ON, "hard_greedy", "pass@1")):
         base = cell(idx, MODEL, "none", "none", bench, setting, m)
         for mode in (("hard", *CONTINUOUS) if bench == OTHER else CONTINUOUS):
-            wanted += 1
             r = cell(idx, MODEL, TRAINED_ON, mode, bench, setting, m)
-            if not known(base, r):
-                continue
             part = ("hard below the base on MATH-500" if mode == "hard" else
                     "soft and fuzzy recover on MATH-500" if bench == OTHER else "soft and fuzzy maintain GSM8K")
             checks[part].append(compare(f"{bench} {setting} {m}: {mode} {fmt(r)} vs base {fmt(base)}", r, base,
                                         LESS if mode == "hard" else NOT_WORSE))
-    if sum(map(len, checks.values())) < wanted:
-        return [PartPlan(name, EVERY, ()) for name in checks]   # the claim reads all eight cells, or none
+    # a cell of the eight that is missing (or has no spread) leaves its check undecided, named; none of them
+    # there at all: not measured (only the paper grid has these cells)
     return [PartPlan(name, EVERY, tuple(c)) for name, c in checks.items()]
 
 
