@@ -11,8 +11,8 @@ $(BIN)/activate:
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
-# uv installs and byte-compiles everything in about 50 s where pip took 2 min (a third of the
-# demo's 10 minutes). uv does not read pip's configuration, so pip's find-links (where a machine
+# uv installs and byte-compiles everything in about 50 s where pip took 2 min (the demo's time, set-up
+# included: README.md, generated from benchmarks/results/demo_time.json). uv does not read pip's configuration, so pip's find-links (where a machine
 # keeps wheels, e.g. this one's CPU torch) is handed on. The torch spec goes in the same command
 # as everything else, so the resolver never picks an unpinned torch (gigabytes of CUDA wheels).
 FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
@@ -49,7 +49,7 @@ demo-long: setup
 # Three on two cores: the real SLURM test mostly waits on SLURM while the other two work.
 TEST_WORKERS ?= 3
 test: setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 lint: setup
 	$(BIN)/snakemake --lint

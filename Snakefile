@@ -8,7 +8,7 @@ min_version("9.0")
 
 # a YAML syntax error named with its file, line and column before Snakemake reads the file (its own
 # message names neither)
-from softtokens.run.config import check_yaml_syntax
+from softtokens.run.config import check_yaml_syntax, grid_files
 
 check_yaml_syntax(Path(workflow.basedir) / "config.yaml")
 
@@ -16,10 +16,9 @@ check_yaml_syntax(Path(workflow.basedir) / "config.yaml")
 configfile: "config.yaml"
 
 
-# grids of their own beside config.yaml (`softtokens plan --claims` writes one there): each file a
-# `grids:` block, read after config.yaml and before any --configfile of the command line
-for _grid_file in sorted(Path(workflow.basedir, "grids").glob("*.yaml")):
-    check_yaml_syntax(_grid_file)
+# a grid of its own beside config.yaml (grids/NAME.yaml: `softtokens plan --claims` writes one), read only
+# when it is the selected grid (or one it reuses), so a file made for one grid changes no other
+for _grid_file in grid_files(workflow.basedir, config):
 
     configfile: _grid_file
 
@@ -48,8 +47,6 @@ include: "workflow/rules/report.smk"
 
 
 onstart:
-    # on SLURM, before any job is submitted: would the executor lose track of its jobs?
-    slurm_status_check(workflow)
     # backups of update() outputs that a killed Snakemake left behind (softtokens.run.backups)
     settle_update_backups(workflow)
 

@@ -70,7 +70,8 @@ def test_one_evaluate_job_per_setting_unless_the_grid_says_otherwise(tmp_path):
     assert job_counts(apart)["evaluate"] == 1
 
 
-PAPER_ENV = {"SOFTTOKENS_SLURM_ACCOUNT": "testacct", "SOFTTOKENS_SLURM_GPU_PARTITION": "testgpu"}
+# HF_HUB_OFFLINE: the pre-flight of a slurm run asks the hub for the data it will fetch (a dry run only says so)
+PAPER_ENV = {"SOFTTOKENS_SLURM_ACCOUNT": "testacct", "SOFTTOKENS_SLURM_GPU_PARTITION": "testgpu", "HF_HUB_OFFLINE": "1"}
 
 
 def test_paper_grid_plan_with_the_slurm_profile():

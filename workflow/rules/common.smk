@@ -1,65 +1,22 @@
-# Shared by all rules: the config check, and the grid's jobs from softtokens.run.jobs (targets,
-# settings, resources: plain, unit-tested Python). Rules only name files and call the CLI.
+# Shared by all rules: the checks before any job and the grid's jobs (softtokens.commands.workflow,
+# softtokens.run.jobs: targets, settings, resources, plain unit-tested Python). Rules only name files and call the CLI.
 import os
 import sys
 from pathlib import Path
 
-from snakemake.exceptions import WorkflowError
-
-from softtokens.data.sources import check_local_sources, loader_kind
+from softtokens.commands.workflow import startup
 from softtokens.run import paths
 from softtokens.run.names import alternation
 from softtokens.run.paths import ALL_SETTINGS, EVAL_JOB, RUN_JOB
-from softtokens.run.config import check_config
-from softtokens.run.interrupted import interrupted_note
-from softtokens.run.jobs import GridJobs
 from softtokens.run.summaries import stale_summaries
-from softtokens.run.targets import outside_grid
-from softtokens.train.architecture import check_model_sources
-from softtokens.train.plan import check_plan, resolve_memory
 
-# messages that name the key ('grids.toy.rl.steps') and its file and line; also completes every `reuse:`
-# grid. The files in the order they apply: the workflow's config.yaml, then each --configfile over it.
-CONFIG_FILES = [f for f in workflow.configfiles if f not in workflow.overwrite_configfiles]
-CONFIG_FILES += list(workflow.overwrite_configfiles)
-check_config(config, loader_kind, CONFIG_FILES)
-# a dataset read from a local copy that is not there is refused now, not in its first job
-check_local_sources(config, config["grid"])
-# a model id that names nothing (a typo of a hub id) stops here with its line and the closest shipped id
-check_model_sources(config, config["grid"], CONFIG_FILES)
-# every job's per-GPU memory against the grid's GPUs, before any job starts (`softtokens plan`)
-check_plan(config, config["grid"])
-
-# Jobs run `python -m softtokens`; put the interpreter that runs Snakemake (the project's
-# .venv) first on PATH so a bare `.venv/bin/snakemake` works without activating anything.
-# (With --software-deployment-method conda, the rule's conda env comes first instead.)
-os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-
-JOBS = GridJobs(config, resolve_rl=resolve_memory)  # `auto` micro-batch / checkpointing: the memory plan's
+# the config and every name in it (file:line, the closest valid one), models, local data, the memory plan, the
+# command line's targets and --forcerun words, and with --profile slurm the cluster pre-flight (docs/cluster.md)
+JOBS = startup(config, workflow)
 RESULTS = JOBS.results
-
-
-def command_line_targets() -> list:
-    """The targets of this `snakemake` command line (Snakemake hands them to the workflow only after
-    this file runs): read with Snakemake's own parser; none where they cannot be read."""
-    try:
-        from snakemake.cli import get_argument_parser
-
-        return list(get_argument_parser().parse_known_args(sys.argv[1:])[0].targets or [])
-    except (Exception, SystemExit):
-        return []
-
-
-# outputs an interrupted job left incomplete, said in words before Snakemake's 'Forced execution'
-INTERRUPTED = interrupted_note()
-if INTERRUPTED:
-    print(INTERRUPTED, file=sys.stderr)
-
-# a target naming a run or evaluation outside the grid (a typo'd seed) would be planned as new work
-OUTSIDE = outside_grid(JOBS, command_line_targets())
-if OUTSIDE:
-    raise WorkflowError(f"target(s) outside grid {config['grid']!r} (config.yaml):\n  " + "\n  ".join(OUTSIDE)
-                        + "\nAdd them to the grid's training cells or evaluation to make them.")
+# Jobs run `python -m softtokens`; put the interpreter that runs Snakemake (the project's .venv) first on PATH so
+# a bare `.venv/bin/snakemake` works without activating anything (under --sdm conda the rule's env comes first).
+os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 EVAL = JOBS.eval
 RUN = paths.run_pattern(RESULTS)  # a run's directory, as a wildcard pattern
 GPU_RULE_ENV = JOBS.gpu_rule_env()
@@ -153,16 +110,3 @@ def settle_update_backups(workflow):
              for job in workflow.dag.needrun_jobs() for f in job.output if is_flagged(f, "update")]
     for line in settle(pairs):
         print(f"softtokens: {line}")
-
-
-def slurm_status_check(workflow):
-    """Stop before submitting anything when the SLURM executor would follow its jobs with a
-    `sacct` that fails (no accounting): Snakemake would otherwise wait forever (run/slurm_check.py)."""
-    from softtokens.run.slurm_check import status_command_problem
-
-    plugin = workflow.executor_plugin
-    if plugin is None or getattr(plugin, "name", None) != "slurm" or workflow.dryrun:
-        return
-    problem = status_command_problem(getattr(workflow.executor_settings, "status_command", None))
-    if problem:
-        raise WorkflowError(problem)

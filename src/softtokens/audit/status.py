@@ -204,6 +204,11 @@ def status_text(status: dict) -> str:
         lines.append(f"{r.run:<44} {r.state:<8} {f'{r.step}/{r.steps}':>11} {_fmt(r.reward, '.1f'):>8} "
                      f"{_pct(r.val):>6} {_pct(r.best):>6} {_duration(r.eta_s):>7} {r.hours:>6.2f} {r.gpu_hours:>8.2f} "
                      f"{r.attempts:>8}")
+    lines += [f"    failed: {r.run} (log: {paths.log_path(status['results'], 'train', r.run)})"
+              for r in runs if r.state == "failed"]
+    logs = Path(status["results"]) / "logs"
+    if not runs and not evals and logs.is_dir():
+        lines.append(f"    logs of earlier jobs: {logs}")
     flagged = [r for r in runs if r.failed_to_learn]
     if flagged:
         lines += ["", f"{len(flagged)} run(s) failed to learn (their cells are marked † in the tables and named in the "

@@ -71,15 +71,14 @@ def model_to_evaluate(a) -> tuple[str, dict]:
 
 
 def grid_config(a) -> tuple[dict, str]:
-    """The checked config of ``--config`` and the grid ``--grid`` names (default: the config's)."""
-    from softtokens.data.sources import loader_kind
-    from softtokens.run.config import ConfigError, load_config
+    """The config of ``--config`` with the grid ``--grid`` names (default: the config's), and its grid
+    file (grids/NAME.yaml), checked as the workflow checks it before any job (commands.workflow.check_grid)."""
+    from softtokens.commands.workflow import check_grid
+    from softtokens.run.config import ConfigError, read_config
 
     try:
-        config = load_config(a.config, loader_kind)
+        config, files = read_config(a.config, a.grid)
+        check_grid(config, config["grid"], files)
     except ConfigError as err:
         raise SystemExit(str(err)) from None
-    grid = a.grid or config["grid"]
-    if grid not in config["grids"]:
-        raise SystemExit(f"no grid {grid!r} in {a.config} (grids: {', '.join(config['grids'])})")
-    return config, grid
+    return config, config["grid"]

@@ -156,6 +156,37 @@ def specifications_block(root: Path) -> str:
             f"{len(alternatives('ours'))} on ours).")
 
 
+def mini_forecast_block(root: Path) -> str:
+    """What `softtokens plan --grid mini` forecasts (cost.forecast, at the shipped rates)."""
+    import yaml
+
+    from softtokens.cost.forecast import forecast_jobs
+    from softtokens.data.sources import loader_kind
+    from softtokens.run.config import check_config
+
+    config = yaml.safe_load((root / "config.yaml").read_text())
+    check_config(config, loader_kind)
+    jobs = forecast_jobs(config, "mini")
+    train = jobs.gpu_hours[jobs.rule == "train"].sum()
+    return (f"`plan` forecasts {jobs.gpu_hours.sum():.1f} GPU-hours for it (training {train:.1f}, evaluation "
+            f"{jobs.gpu_hours.sum() - train:.1f}; `tests/test_forecast.py` holds it under 24).")
+
+
+def demo_time_block(root: Path) -> str:
+    """The demo's time as last measured (benchmarks/results/demo_time.json: a fresh clone, set-up included)."""
+    import json
+
+    m = json.loads((root / DEMO_TIME).read_text())
+    minutes = m["seconds"] / 60
+    return (f"- `make demo` runs the `toy` grid (a 0.24M-parameter Llama and synthetic addition word problems\n"
+            f"  that the workflow makes itself) end to end, then Snakemake's HTML report: {minutes:.1f} minutes on\n"
+            f"  {m['machine']}, set-up included, when last measured ({m['date']}, {m['commit']}; dated timings: "
+            f"[docs/findings.md](docs/findings.md)).")
+
+
+DEMO_TIME = "benchmarks/results/demo_time.json"
+
+
 def datasets_block(root: Path) -> str:
     """Every dataset loader (data.sources.SOURCES): its hub source, the splits we make of it, how the gold
     answer is read; a loader added there appears here."""
@@ -206,13 +237,16 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "datasets": datasets_block,
     "claims-budget": claims_budget_block,
     "degrees-of-freedom": degrees_of_freedom_block,
+    "mini-forecast": mini_forecast_block,
+    "demo-time": demo_time_block,
     "specifications": specifications_block,
 }
 
 # which files hold which blocks (paths from the repository root)
 FILES: dict[str, tuple[str, ...]] = {
     "docs/protocol.md": ("paper-claims", "judging-choices", "claims-budget", "degrees-of-freedom", "specifications"),
-    "docs/cluster.md": ("paper-plan",),
+    "docs/cluster.md": ("paper-plan", "mini-forecast"),
+    "README.md": ("demo-time",),
     "docs/memory-plan.md": ("paper-memory-plan",),
     "docs/data-and-reward.md": ("datasets",),
 }

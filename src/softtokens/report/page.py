@@ -8,7 +8,6 @@ the same numbers unrounded for a script.
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from softtokens.report.claim_rows import (
     robustness,
     words,
 )
+from softtokens.report.render import MISSING, to_html, to_markdown
 from softtokens.report.tables import main_settings, table_html
 from softtokens.run import paths
 from softtokens.run.files import write_text
@@ -41,7 +41,6 @@ from softtokens.verdict import claims, judging, reproduction
 from softtokens.verdict.choices import MARGINS, Spec
 from softtokens.verdict.judging import passk_metric
 
-MISSING = "missing"
 MARGINS_TEXT = ", ".join(f"{m.value:g} {m.unit}" for m in MARGINS.values())
 
 
@@ -128,9 +127,10 @@ def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
     math_benchmarks = sorted({b for b, m in zip(seeds.benchmark, seeds.metric) if m.startswith("pass@")})
     tables = ledger.table_costs(cells, jobs, our_tables(math_benchmarks))
     vs_forecast = pd.DataFrame()
-    if settings.get("config") and not jobs.empty:
+    # like with like: the forecast's rates are a GPU's, so only jobs that held GPUs are held against it
+    if settings.get("config") and not jobs.empty and jobs.gpus.sum() > 0:
         predicted = forecast.forecast_jobs(settings["config"], settings["grid"])
-        vs_forecast = forecast.vs_actual(predicted, jobs)
+        vs_forecast = forecast.vs_actual(predicted, jobs[jobs.gpus > 0])
     claims_paper = claims.judge_paper_claims(paper, spec=spec)
     from softtokens.verdict.reproducibility import paper_reproducibility
 
@@ -260,15 +260,16 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
     blocks.append(("table", _cost_frame(data["table_costs"], gpu)))
     blocks.append(("h3", "Per rule"))
     blocks.append(("table", _rule_costs(data["jobs"])))
-    if not data["forecast"].empty:
-        blocks.append(("h3", "Forecast beside actual, per job kind"))
+    blocks.append(("h3", "Forecast beside actual, per job kind"))
+    if data["forecast"].empty:
+        blocks.append(("p", "Left out: " + ("this grid's jobs held no GPU, and the forecast's rates are a GPU's (gpu-check "
+                                            "on an H100), so a ratio of the two would measure the machines, not the "
+                                            "forecast." if not gpu else "no job of the forecast has finished yet.")))
+    else:
         blocks.append(("p", f"The forecast `softtokens plan` printed before the run (throughput: "
-                            f"{forecast.DEFAULT.source}, scaled by parameters), beside what the jobs took: the "
-                            f"ratio is actual over forecast wall time (1 = the forecast held; 2 = the jobs took twice "
-                            f"as long). "
-                            + ("On the toy grid the forecast is what an H100 would take for the toy model and the jobs "
-                               "ran on this machine's CPUs, so the ratio measures the machines, not the forecast: it "
-                               "says nothing about a GPU grid's cost." if toy else "")))
+                            f"{forecast.DEFAULT.source}, scaled by parameters), beside what the jobs that held GPUs "
+                            f"took: the ratio is actual over forecast wall time (1 = the forecast held; 2 = the jobs took "
+                            f"twice as long; none where the forecast is zero)."))
         blocks.append(("table", forecast_frame(data["forecast"])))
     return blocks
 
@@ -288,81 +289,8 @@ def forecast_frame(vs: pd.DataFrame) -> pd.DataFrame:
                          "actual (wall)": (vs.wall_h_actual * 3600).map(duration),
                          "GPU-hours forecast": vs.gpu_h_forecast.map(lambda x: f"{x:.3g}"),
                          "GPU-hours actual": vs.gpu_h_actual.map(lambda x: f"{x:.3g}"),
-                         "actual / forecast": vs["actual/forecast"].map(lambda x: f"{x:,.2f}x" if x < 100 else f"{x:,.0f}x")})
-
-
-def to_markdown(blocks) -> str:
-    out = []
-    for kind, content in blocks:
-        if kind in ("h1", "h2", "h3"):
-            out.append("#" * int(kind[1]) + " " + content)
-        elif kind == "p":
-            out.append(content)
-        elif kind == "list":
-            out.append("\n".join(f"- {x}" for x in content))
-        elif kind == "details":
-            summary, items = content
-            out.append(f"<details><summary>{summary}</summary>\n\n" + "\n".join(f"- {x}" for x in items)
-                       + "\n\n</details>")
-        elif kind == "table":
-            out.append(content.to_markdown(index=False) if not content.empty else "(none)")
-    return "\n\n".join(out) + "\n"
-
-
-CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 7px;
-text-align:left;vertical-align:top}th{background:#f0f0f0}td.v-supported{background:#d9f2d9}
-td.v-not-yet-measured{background:#eee;color:#666}td.missing{color:#999}
-td.v-not-judged{background:#eee;color:#666}td.v-undecided{background:#fff3cd}td.v-contradicted{background:#f8d7d7}details{margin:0.3em 0}summary{cursor:pointer;font-size:14px}
-code{background:#f4f4f4;padding:0 3px}li{font-size:13px}"""
-
-
-VERDICT_CSS = {judging.CONTRADICTED: "v-contradicted", judging.NOT_MEASURED: "v-not-yet-measured",
-               judging.SUPPORTED: "v-supported", judging.NOT_JUDGED: "v-not-judged", judging.UNDECIDED: "v-undecided"}
-
-
-def _html_table(df: pd.DataFrame) -> str:
-    if df.empty:
-        return "<p>(none)</p>"
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    rows = []
-    for _, r in df.iterrows():
-        cells = []
-        for v in r.values:
-            text = str(v)
-            verdict = next((css for k, css in VERDICT_CSS.items() if text.startswith(k)), None)
-            cls = f' class="{verdict}"' if verdict else (' class="missing"' if text == MISSING else "")
-            cells.append(f"<td{cls}>{html.escape(text)}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-
-
-def _inline(text: str) -> str:
-    import re
-
-    t = html.escape(text)
-    t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
-    t = re.sub(r"(?<![*\w])\*(?!\s)([^*]+?)\*(?![*\w])", r"<i>\1</i>", t)
-    return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
-
-
-def to_html(blocks, title: str) -> str:
-    body = []
-    for kind, content in blocks:
-        if kind in ("h1", "h2", "h3"):
-            body.append(f"<{kind}>{_inline(content)}</{kind}>")
-        elif kind == "p":
-            body.append(f"<p>{_inline(content)}</p>")
-        elif kind == "list":
-            body.append("<ul>" + "".join(f"<li>{_inline(x)}</li>" for x in content) + "</ul>")
-        elif kind == "details":
-            summary, items = content
-            body.append(f"<details><summary>{_inline(summary)}</summary><ul>"
-                        + "".join(f"<li>{_inline(x)}</li>" for x in items) + "</ul></details>")
-        elif kind == "table":
-            body.append(_html_table(content))
-    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+                         "actual / forecast": [("—" if not f or pd.isna(x) else f"{x:,.2f}x" if x < 100 else f"{x:,.0f}x")
+                                               for x, f in zip(vs["actual/forecast"], vs.wall_h_forecast)]})
 
 
 LEDGER_CAPTIONS = {

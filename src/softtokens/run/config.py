@@ -65,6 +65,18 @@ class ConfigError(ValueError):
     """config.yaml is malformed; the message names the key."""
 
 
+def unknown_name(what: str, name: str, known: Iterable[str], key: str, lines: dict | None = None,
+                 elsewhere: str = "") -> ConfigError:
+    """'FILE:LINE: 'KEY': unknown WHAT 'NAME' (did you mean 'X'? WHATs: A, B)': one message for every
+    name a grid or a target gets wrong (models, datasets, benchmarks, modes, settings, seeds)."""
+    known = [str(k) for k in known]
+    close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.5)
+    where = (lines or {}).get(tuple(int(p) if p.isdigit() else p for p in key.split("."))) if lines else None
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return ConfigError(f"{where + ': ' if where else ''}'{key}': unknown {what} {name!r} ({hint}{what}s: "
+                       f"{', '.join(known) or 'none'}){elsewhere}")
+
+
 def check_yaml_syntax(path: str | Path) -> None:
     """Stop with file:line and YAML's own words where ``path`` does not parse (Snakemake's loader says
     only 'not valid JSON or YAML'); a file that parses passes silently."""
@@ -74,10 +86,14 @@ def check_yaml_syntax(path: str | Path) -> None:
     try:
         yaml.safe_load(path.read_text())
     except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
+        # an unclosed bracket or quote is noticed far below where it opens: name the opening first
+        opened, noticed = err.context_mark, err.problem_mark
+        mark = opened or noticed
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         words = "; ".join(w for w in (err.context, err.problem) if w)
-        raise ConfigError(f"{where}: not valid YAML: {words}") from None
+        also = (f" (noticed at line {noticed.line + 1}, column {noticed.column + 1})"
+                if opened and noticed and (opened.line, opened.column) != (noticed.line, noticed.column) else "")
+        raise ConfigError(f"{where}: not valid YAML: {words}{also}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
 
@@ -171,6 +187,9 @@ def validate_schema(config: dict, config_files: Iterable[str | Path] = ()) -> No
             note = (" (write numbers with a dot before the exponent: 3.0e-4, not 3e-4)"
                     if e.validator == "type" and isinstance(e.instance, str) and "number" in str(e.schema.get("type"))
                     else "")
+            if e.validator == "enum":   # a misspelled mode or setting: the closest one
+                close = difflib.get_close_matches(str(e.instance), [str(v) for v in e.validator_value], n=1, cutoff=0.5)
+                note = f"; did you mean {close[0]!r}?" if close else ""
             texts[token] = lambda full, msg=e.message, note=note: f"'{_key_path(full)}'{where(full)}: {msg}{note}"
     def own(path: tuple) -> bool:  # not a grid that inherits the block through `reuse:`
         grids = config.get("grids") if isinstance(config.get("grids"), dict) else {}
@@ -224,9 +243,15 @@ def check_config(config: dict, loader_kind: Callable,
     ``config_files``: where the config was read from, for the line of a bad key."""
     resolve_grids(config)
     validate_schema(config, config_files)
+    lines = key_lines(config_files)
     grid_name = config["grid"]
     if grid_name not in config["grids"]:
-        raise ConfigError(f"'grid': {grid_name!r} is not one of grids: {', '.join(config['grids'])}")
+        raise unknown_name("grid", grid_name, config["grids"], "grid", lines)
+
+    def other_grids(dataset: str, name: str) -> str:
+        found = [g for g, spec in config["grids"].items() if g != name and dataset in spec.get("datasets", {})]
+        return (f"; {dataset!r} is a dataset of grid {found[0]}: add it to this grid's datasets, or select that grid"
+                if found else "")
     for name, grid in config["grids"].items():
         models, datasets = grid["models"], grid["datasets"]
         kinds = {}
@@ -249,9 +274,10 @@ def check_config(config: dict, loader_kind: Callable,
         for i, cell in enumerate(grid["training"]):
             where = f"'grids.{name}.training.{i}"
             if cell["model"] not in models:
-                raise ConfigError(f"{where}.model': unknown model {cell['model']!r}")
+                raise unknown_name("model", cell["model"], models, f"grids.{name}.training.{i}.model", lines)
             if cell["dataset"] not in datasets:
-                raise ConfigError(f"{where}.dataset': unknown dataset {cell['dataset']!r}")
+                raise unknown_name("dataset", cell["dataset"], datasets, f"grids.{name}.training.{i}.dataset", lines,
+                                   other_grids(cell["dataset"], name))
             kind, splits, _ = kinds[cell["dataset"]]
             if kind != "math" or "train" not in splits:
                 raise ConfigError(f"{where}.dataset': {cell['dataset']!r} has no training split to train on")
@@ -279,13 +305,14 @@ def check_config(config: dict, loader_kind: Callable,
                     raise ConfigError(f"'grids.{name}.ablation_tables.{table}.arms': default arm {a!r} needs a "
                                       "default cell in this grid or a `reuse:` grid")
         ev = grid["evaluation"]
-        for m in ev["models"]:
+        for j, m in enumerate(ev["models"]):
             if m not in models:
-                raise ConfigError(f"'grids.{name}.evaluation.models': unknown model {m!r}")
+                raise unknown_name("model", m, models, f"grids.{name}.evaluation.models.{j}", lines)
         for key, want in (("benchmarks", "math"), ("ood_benchmarks", "multiple_choice")):
-            for b in ev.get(key, []):
+            for j, b in enumerate(ev.get(key, [])):
                 if b not in datasets:
-                    raise ConfigError(f"'grids.{name}.evaluation.{key}': unknown dataset {b!r}")
+                    raise unknown_name("dataset", b, datasets, f"grids.{name}.evaluation.{key}.{j}", lines,
+                                       other_grids(b, name))
                 kind, splits, _ = kinds[b]
                 if kind != want or "test" not in splits:
                     raise ConfigError(f"'grids.{name}.evaluation.{key}': {b!r} is not a {want} set with a test split")
@@ -325,7 +352,41 @@ def resolved_rl(config: dict, grid_name: str) -> dict:
     return {**PAPER_RL, **config.get("rl", {}), **config["grids"][grid_name].get("rl", {})}
 
 
-def load_config(path: str | Path, loader_kind) -> dict:
+GRIDS_DIR = "grids"   # beside config.yaml: a grid of its own per file, grids/NAME.yaml
+
+
+def grid_files(root: str | Path, config: dict) -> list[Path]:
+    """The grid files a config selects: grids/NAME.yaml of the selected grid when config.yaml has no
+    such grid, and of the grid it reuses, likewise. Why only these: a file generated for one grid
+    (`plan --claims`) must not change, or break, the config of another."""
+    out, name = [], config.get("grid")
+    grids = dict(config.get("grids") or {})
+    while name and name not in grids:
+        f = Path(root) / GRIDS_DIR / f"{name}.yaml"
+        if not f.is_file() or f in out:
+            break
+        out.append(f)
+        check_yaml_syntax(f)
+        grids.update((yaml.safe_load(f.read_text()) or {}).get("grids") or {})
+        name = (grids.get(name) or {}).get("reuse")
+    return out
+
+
+def read_config(path: str | Path, grid: str | None = None) -> tuple[dict, list[Path]]:
+    """config.yaml with the grid files of the grid it (or ``grid``) selects (grid_files), unchecked,
+    and the files it was read from, in the order they apply."""
+    check_yaml_syntax(path)
     config = yaml.safe_load(Path(path).read_text())
-    check_config(config, loader_kind, [path])
+    if grid:
+        config["grid"] = grid
+    files = grid_files(Path(path).parent, config)
+    for f in files:
+        config.setdefault("grids", {}).update(yaml.safe_load(f.read_text())["grids"])
+    return config, [Path(path), *files]
+
+
+def load_config(path: str | Path, loader_kind, grid: str | None = None) -> dict:
+    """read_config, checked (check_config)."""
+    config, files = read_config(path, grid)
+    check_config(config, loader_kind, files)
     return config

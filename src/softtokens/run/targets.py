@@ -4,9 +4,11 @@ Names come from run.paths, so a target and the rule that makes it cannot spell a
 
 from __future__ import annotations
 
+import difflib
 import glob
 import json
 import os
+from pathlib import Path
 
 from softtokens.run import paths
 from softtokens.run.config import EVAL_DEFAULTS, cell_rl, resolved_rl
@@ -242,17 +244,57 @@ def outside_grid(jobs: "GridTargets", targets) -> list[str]:
                 if run is not None and run not in runs:
                     bad.append(f"{text}: {_nearest(run, runs)}")
                 elif k["model"] not in jobs.eval["models"] and run is None:
-                    bad.append(f"{text}: model {k['model']!r} is not evaluated here (models: "
-                               f"{', '.join(jobs.eval['models'])})")
+                    bad.append(f"{text}: model {k['model']!r} is not evaluated here{_close(k['model'], jobs.eval['models'])}"
+                               f" (models: {', '.join(jobs.eval['models'])})")
                 elif k["benchmark"] not in (*jobs.eval["benchmarks"], *jobs.ood):
-                    bad.append(f"{text}: benchmark {k['benchmark']!r} is not in the grid (benchmarks: "
-                               f"{', '.join([*jobs.eval['benchmarks'], *jobs.ood])})")
+                    known = [*jobs.eval["benchmarks"], *jobs.ood]
+                    bad.append(f"{text}: benchmark {k['benchmark']!r} is not in the grid{_close(k['benchmark'], known)}"
+                               f" (benchmarks: {', '.join(known)})")
                 elif k["benchmark"] in jobs.eval["benchmarks"] and k["setting"] not in jobs.eval["settings"]:
-                    bad.append(f"{text}: setting {k['setting']!r} is not evaluated here (settings: "
+                    bad.append(f"{text}: setting {k['setting']!r} is not evaluated here"
+                               f"{_close(k['setting'], jobs.eval['settings'])} (settings: "
                                f"{', '.join(jobs.eval['settings'])})")
         except (ValueError, IndexError):
-            continue   # not a run or evaluation path: Snakemake says what it makes of it
+            wrong = misspelled(jobs, rest)
+            if wrong:
+                bad.append(f"{text}: {wrong}")
     return bad
+
+
+def _close(word: str, known) -> str:
+    close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def misspelled(jobs: "GridTargets", parts: list[str]) -> str | None:
+    """A run or evaluation path that does not parse: the first word that is no name of the grid, with the
+    closest that is (a misspelled mode once gave only Snakemake's 'MissingRuleException')."""
+    from softtokens.run.names import MODES, SETTING_NAMES
+
+    def near(word: str, known) -> str:
+        close = difflib.get_close_matches(word, [str(k) for k in known], n=1, cutoff=0.5)
+        return f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(map(str, known))})"
+
+    models = sorted(jobs.grid["models"])
+    datasets = sorted(jobs.grid["datasets"])
+    seeds = sorted({f"seed{r.seed}" for r in jobs.training_runs()})
+    if parts[0] == "runs" and len(parts) >= 5:
+        checks = [("model", parts[1], models), ("dataset", parts[2], datasets),
+                  ("mode", parts[3].split("@")[0], MODES), ("seed", parts[4], seeds)]
+    elif parts[0] == "eval" and len(parts) >= 5:
+        trained = parts[2].split("-")
+        checks = [("model", parts[1], models)]
+        if parts[2] != "base":
+            checks += [("dataset", trained[0], datasets), ("mode", (trained[1:2] or [""])[0].split("@")[0], MODES),
+                       ("seed", (trained[2:3] or [""])[0], seeds)]
+        checks += [("benchmark", parts[3], sorted({*jobs.eval["benchmarks"], *jobs.ood})),
+                   ("setting", Path(parts[4]).stem, [*SETTING_NAMES, "loglik"])]
+    else:
+        return None
+    for what, word, known in checks:
+        if word not in known:
+            return f"{what} {word!r} is not one of this grid's{near(word, known)}"
+    return None
 
 
 def _nearest(run: Run, runs: set) -> str:
@@ -264,5 +306,7 @@ def _nearest(run: Run, runs: set) -> str:
     arms = sorted({r.arm for r in runs if (r.model, r.dataset) == (run.model, run.dataset)})
     if arms:
         return f"{run.arm!r} is not trained there (arms: {', '.join(arms)})"
-    return (f"{run.model}/{run.dataset} is not a training cell of the grid (cells: "
-            f"{', '.join(f'{m}/{d}' for m, d in cells)})")
+    names = [f"{m}/{d}" for m, d in cells]
+    close = difflib.get_close_matches(f"{run.model}/{run.dataset}", names, n=1, cutoff=0.5)
+    return (f"{run.model}/{run.dataset} is not a training cell of the grid ("
+            + (f"did you mean {close[0]!r}? " if close else "") + f"cells: {', '.join(names)})")

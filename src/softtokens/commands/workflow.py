@@ -1,0 +1,216 @@
+"""What the workflow checks before any job, in one place: the config and every name in it, the
+models and local data it names, the memory plan, the judge's margins, the command line's targets and
+its `--forcerun` words, the outputs an interrupted job left, and on a cluster the pre-flight: the
+SLURM commands the executor needs, accounting, and the data and weights each job will fetch (cached,
+or a hub that answers). `softtokens plan` and every command that reads a grid run the same checks
+(``check_grid``).
+
+Why here and not in workflow/rules/common.smk: what decides whether a run may start is Python, tested
+as Python; the glue only calls ``startup`` and ``onstart``. Why before any job: a mistake found by the
+hundredth job of a cluster run costs the ninety-nine before it (a SLURM line run where there is no
+SLURM once retried every data job three times, then crashed inside the plugin two minutes in)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from softtokens.run import paths
+
+SLURM_COMMANDS = ("sbatch", "squeue", "scancel")   # sacct too where the status command is sacct (slurm_check)
+HUB_TIMEOUT_S = 5.0
+
+
+class Refused(Exception):
+    """A run that must not start; the message says why, one line per cause, each with its fix."""
+
+
+def cli_args():
+    """The `snakemake` command line as Snakemake reads it, its profile applied (None where it cannot be read:
+    the workflow is being parsed by something else, e.g. `snakemake --lint` in a test)."""
+    try:
+        from snakemake.cli import parse_args
+
+        return parse_args(sys.argv[1:])[1]
+    except (Exception, SystemExit):
+        return None
+
+
+# ---------------------------------------------------------------- the config
+def check_grid(config: dict, grid: str, config_files=()) -> None:
+    """Every check a grid gets before it is used, by the workflow and by every command alike: the
+    config (schema, names with file:line and the closest valid one), the models it names, its local
+    data copies, and the judge's margins (ConfigError)."""
+    from softtokens.data.sources import check_local_sources, loader_kind
+    from softtokens.run.config import ConfigError, check_config
+    from softtokens.train.architecture import check_model_sources
+
+    check_config(config, loader_kind, config_files)
+    check_local_sources(config, grid)
+    check_model_sources(config, grid, config_files)
+    margins = (config.get("judging") or {}).get("margins")
+    if margins:
+        from softtokens.verdict.claims import margin_problems
+
+        problems = margin_problems(margins)
+        if problems:
+            raise ConfigError("\n".join(problems))
+
+
+# ---------------------------------------------------------------- the command line
+def forcerun_trap(forcerun, rules: set[str]) -> str | None:
+    """`--forcerun RULE TARGET` reads TARGET as a second rule name and forces RULE on the whole grid (on
+    the paper grid, 864 evaluations): the corrected command, or None when every word is a rule."""
+    words = sorted(forcerun or ())
+    stray = [w for w in words if w not in rules and ("/" in w or "." in w)]
+    if not stray:
+        return None
+    rule_words = [w for w in words if w not in stray]
+    return (f"--forcerun took {', '.join(stray)} as rule name(s): it reads every word after it as a rule, so this "
+            f"would force {', '.join(rule_words) or 'those rules'} on the whole grid. Put the target first: "
+            f"snakemake {' '.join(stray)} --forcerun {' '.join(rule_words)}")
+
+
+def locked(workdir: str | Path = ".") -> bool:
+    """Whether another Snakemake holds this working directory (its lock files): then its jobs' outputs
+    are being written, not left incomplete."""
+    locks = Path(workdir) / ".snakemake" / "locks"
+    return locks.is_dir() and any(locks.iterdir())
+
+
+# ---------------------------------------------------------------- the cluster pre-flight
+def slurm_problems(which=shutil.which, status_command: str | None = None) -> list[str]:
+    """The SLURM commands the executor needs, and accounting where job states come from sacct."""
+    from softtokens.run.slurm_check import status_command_problem
+
+    missing = [c for c in SLURM_COMMANDS if not which(c)]
+    if missing:
+        return [f"SLURM is not here: {', '.join(missing)} not found on PATH. Run the `--profile slurm` lines on a "
+                "cluster's login node; here, drop the profile (snakemake --cores N) or use --profile profiles/local"]
+    problem = status_command_problem(status_command, which=which)
+    return [problem] if problem else []
+
+
+def hub_reachable(endpoint: str | None = None, timeout: float = HUB_TIMEOUT_S) -> str | None:
+    """None when the Hugging Face hub answers; else why not (offline mode, or the error)."""
+    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False"):
+        return "HF_HUB_OFFLINE is set"
+    import urllib.request
+
+    url = (endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/") + "/api/whoami-v2"
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout)
+    except urllib.error.HTTPError:
+        return None   # it answered (401 without a token): reachable
+    except (OSError, ValueError) as err:
+        return f"{type(err).__name__}: {getattr(err, 'reason', err)}"
+    return None
+
+
+def cached_repos() -> set[tuple[str, str]]:
+    """(repo type, repo id) of everything in the Hugging Face cache (models and datasets)."""
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        return {(r.repo_type, r.repo_id) for r in scan_cache_dir().repos}
+    except Exception:   # no cache directory yet
+        return set()
+
+
+def fetches(config: dict, grid_name: str) -> list[tuple[str, str, str]]:
+    """(repo type, hub id, what needs it) of the data sets and base weights the grid's jobs will fetch:
+    those whose outputs do not exist yet and that no local copy serves."""
+    from softtokens.data.sources import SOURCES
+    from softtokens.run.jobs import GridJobs
+
+    jobs = GridJobs({**config, "grid": grid_name})
+    grid = jobs.grid
+    out = []
+    for name, spec in grid["datasets"].items():
+        source = SOURCES.get(spec["loader"])
+        if source is None or spec.get("path"):
+            continue
+        splits = [s for split in source.splits for s in (("train", "validation") if split == "train" else (split,))]
+        if not all(Path(paths.data_path(jobs.results, name, s)).exists() for s in splits):
+            out.append(("dataset", spec.get("source") or source.hub_id, f"datasets.{name}"))
+    for model, spec in grid["models"].items():
+        src = spec["source"]
+        if src == "toy" or Path(src).exists():
+            continue
+        runs = [r for r in jobs.training_runs() if r.model == model]
+        pending = any(not (Path(paths.run_dir(jobs.results, r)) / paths.SELECTED).exists() for r in runs) or any(
+            not Path(p).exists() for p in jobs.eval_targets() if paths.parse_eval_path(p)["model"] == model)
+        if pending:
+            out.append(("model", src, f"models.{model}"))
+    return out
+
+
+def fetch_problems(config: dict, grid_name: str, reachable=hub_reachable, cached=cached_repos) -> list[str]:
+    """Each data set or model a job will fetch that is neither cached nor reachable: one line with the fix."""
+    needed = fetches(config, grid_name)
+    if not needed:
+        return []
+    have = cached()
+    missing = [(kind, repo, key) for kind, repo, key in needed if (kind, repo) not in have]
+    if not missing:
+        return []
+    why = reachable()
+    if why is None:
+        return []
+    return [f"{key}: {kind} {repo} is not in the Hugging Face cache and the hub cannot be reached ({why}): download "
+            f"it where the hub is reachable (hf download {'--repo-type dataset ' if kind == 'dataset' else ''}{repo}) "
+            f"into a shared HF_HOME, or point grids.{grid_name}.{key}."
+            f"{'path' if kind == 'dataset' else 'source'} at a local copy" for kind, repo, key in missing]
+
+
+def preflight(config: dict, grid_name: str, status_command: str | None = None) -> list[str]:
+    """Everything a cluster run would stop on before its first job (empty: it may start)."""
+    problems = slurm_problems(status_command=status_command)
+    return problems + fetch_problems(config, grid_name)
+
+
+# ---------------------------------------------------------------- the workflow's entry points
+def startup(config: dict, workflow) -> object:
+    """Run when the workflow is parsed: every check above; returns the grid's jobs (run.jobs.GridJobs).
+    A problem stops Snakemake before it plans a job (WorkflowError)."""
+    from snakemake.exceptions import WorkflowError
+
+    from softtokens.run.interrupted import interrupted_note
+    from softtokens.run.jobs import GridJobs
+    from softtokens.run.targets import outside_grid
+    from softtokens.train.plan import check_plan, resolve_memory
+
+    config_files = [f for f in workflow.configfiles if f not in workflow.overwrite_configfiles]
+    config_files += list(workflow.overwrite_configfiles)
+    check_grid(config, config["grid"], config_files)
+    check_plan(config, config["grid"])   # every job's per-GPU memory against the grid's GPUs (`softtokens plan`)
+    jobs = GridJobs(config, resolve_rl=resolve_memory)   # `auto` micro-batch / checkpointing: the memory plan's
+    args = cli_args()
+    if args is not None:
+        trap = forcerun_trap(args.forcerun, RULES)
+        if trap:
+            raise WorkflowError(trap)
+        bad = outside_grid(jobs, list(args.targets or []))
+        if bad:
+            raise WorkflowError(f"target(s) outside grid {config['grid']!r} (config.yaml):\n  " + "\n  ".join(bad)
+                                + "\nAdd them to the grid's training cells or evaluation to make them.")
+        if args.executor == "slurm":
+            problems = preflight(config, config["grid"], getattr(args, "slurm_status_command", None))
+            if problems and args.dryrun:
+                print("softtokens: a real run would stop before its first job:\n  " + "\n  ".join(problems),
+                      file=sys.stderr)
+            elif problems:
+                raise WorkflowError("softtokens: stopped before the first job:\n  " + "\n  ".join(problems))
+    if not locked():
+        note = interrupted_note()
+        if note:
+            print(note, file=sys.stderr)
+    return jobs
+
+
+# the workflow's rule names (workflow/rules/*.smk), for telling a rule from a target on the command line
+RULES = {"all", "prepare_data", "prepare_benchmark", "build_toy_base", "train", "select_checkpoint", "evaluate",
+         "evaluate_loglik", "main_table", "settings_table", "ood_table", "training_figure", "passk_figure",
+         "entropy_figure", "reproduction_report", "ablation_tables"}

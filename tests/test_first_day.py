@@ -1,0 +1,206 @@
+"""The first day, on a laptop and on a cluster (docs/cluster.md, "Before the first job"): following the
+README never breaks the suite, a cluster line stops before its first job where there is no cluster
+or no data, the --forcerun order trap is caught, and every name mistake gets its file:line and the
+closest valid name."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from test_workflow import BIN, PAPER_ENV, ROOT, TINY, snakemake, tiny_args
+
+from softtokens.data.sources import loader_kind
+from softtokens.run.config import ConfigError, check_config, check_yaml_syntax, read_config
+
+TARGET = "results/paper/eval/llama-3b/gsm8k-fuzzy-seed2/math500/soft_sample.json"
+
+
+def _copy_checkout(dest: Path) -> Path:
+    """The repository's tracked files (what a fresh clone holds), without results or the venv."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for f in files:
+        (dest / f).parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / f).is_symlink():
+            os.symlink(os.readlink(ROOT / f), dest / f)   # ./slurm -> profiles/slurm
+        elif (ROOT / f).is_file():
+            shutil.copy2(ROOT / f, dest / f)
+    return dest
+
+
+def _basic_tools(d: Path) -> Path:
+    """A PATH directory with the shell tools Snakemake calls, and no SLURM command (CI installs SLURM in
+    /usr/bin, so /usr/bin cannot be on this PATH)."""
+    d.mkdir()
+    for tool in ("sh", "bash", "which", "env", "uname", "git", "cat", "ls", "mkdir", "rm", "dirname", "readlink"):
+        found = shutil.which(tool)
+        if found:
+            os.symlink(found, d / tool)
+    return d
+
+
+def _tiny_config(d: Path) -> None:
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    grid = {**config["grids"]["toy"], **TINY}
+    config["grids"] = {"toy": grid}
+    (d / "tiny.yaml").write_text(yaml.safe_dump(config))
+
+
+def test_a_generated_grid_changes_no_other_grid(tmp_path):
+    """`softtokens plan --claims` (the README's step) writes grids/claims-*.yaml; the tiny DAG's config
+    (another grid) plans as before: a grid file is read only when its grid is selected."""
+    copy = _copy_checkout(tmp_path / "clone")
+    proc = subprocess.run([str(BIN / "softtokens"), "plan", "--config", "config.yaml", "--claims", "passk_advantage"],
+                          cwd=copy, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    written = list((copy / "grids").glob("claims-*.yaml"))
+    assert written and "wrote grids/claims-" in proc.stdout
+    work = tmp_path / "dag"
+    work.mkdir()
+    _tiny_config(work)
+    dry = subprocess.run([str(BIN / "snakemake"), "-d", str(work), "-s", str(copy / "Snakefile"), "--configfile",
+                          str(work / "tiny.yaml"), "-n", "--quiet", "rules"], cwd=copy, capture_output=True,
+                         text=True, timeout=600)
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-3000:]
+    # and the generated grid, selected, is read and planned
+    name = written[0].stem
+    dry = subprocess.run([str(BIN / "snakemake"), "--profile", "slurm", "-n", "--config", f"grid={name}", "--quiet",
+                          "rules"], cwd=copy, capture_output=True, text=True, timeout=600, env={**os.environ, **PAPER_ENV})
+    assert dry.returncode == 0 and "train" in dry.stdout + dry.stderr, (dry.stdout + dry.stderr)[-3000:]
+
+
+def _cluster_line(tmp_path: Path, path: str, **env) -> subprocess.CompletedProcess:
+    """The README's "One cell" cluster line, for real (no -n), in a fresh copy of the checkout (tmp_path/work)."""
+    work = _copy_checkout(tmp_path / "work")
+    return subprocess.run([str(BIN / "snakemake"), "--profile", "slurm", TARGET], cwd=work,
+                          capture_output=True, text=True, timeout=300,
+                          env={**{k: v for k, v in os.environ.items() if k != "PATH"}, **PAPER_ENV,
+                               "PATH": path, **env})
+
+
+def _stub_slurm(d: Path) -> Path:
+    d.mkdir()
+    for name in ("sbatch", "squeue", "scancel"):
+        (d / name).write_text("#!/bin/sh\nexit 0\n")
+        (d / name).chmod(0o755)
+    return d
+
+
+def test_a_cluster_line_where_there_is_no_slurm_stops_before_any_job(tmp_path):
+    tools = _basic_tools(tmp_path / "bin")
+    proc = _cluster_line(tmp_path, f"{BIN}{os.pathsep}{tools}")   # no sbatch, squeue or scancel on PATH
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    lines = [line for line in out.splitlines() if "SLURM is not here" in line]
+    assert len(lines) == 1 and "sbatch, squeue, scancel not found" in lines[0], out[-3000:]
+    assert not (tmp_path / "work" / "results" / "paper").exists()   # nothing left behind: no logs, no partial data
+
+
+def test_a_cluster_line_with_no_hub_and_no_cached_data_stops_before_any_job(tmp_path):
+    stubs = _stub_slurm(tmp_path / "slurm-bin")
+    tools = _basic_tools(tmp_path / "bin")
+    proc = _cluster_line(tmp_path, os.pathsep.join(map(str, (stubs, BIN, tools))), HF_HUB_OFFLINE="1",
+                         HF_HOME=str(tmp_path / "hf"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "stopped before the first job" in out, out[-3000:]
+    fetch = [line for line in out.splitlines() if "is not in the Hugging Face cache" in line]
+    assert any(line.strip().startswith("datasets.gsm8k: dataset openai/gsm8k") for line in fetch), out[-3000:]
+    assert all("hf download" in line for line in fetch)   # each with its fix, in one line
+    assert "SLURM is not here" not in out
+    assert not (tmp_path / "work" / "results" / "paper").exists()
+
+
+def test_a_dry_run_says_what_a_real_run_would_refuse(tmp_path):
+    tools = _basic_tools(tmp_path / "bin")
+    proc = snakemake("--profile", "slurm", "-n", TARGET, "--quiet", "rules",
+                     env={**PAPER_ENV, "PATH": f"{BIN}{os.pathsep}{tools}", "HF_HOME": str(tmp_path / "hf")})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "a real run would stop before its first job" in out and "SLURM is not here" in out
+
+
+def test_the_forcerun_order_trap_is_caught_before_any_job(tmp_path):
+    proc = snakemake(*tiny_args(_tiny(tmp_path)), "-n", "--forcerun", "evaluate", "results/toy/tables/main.md")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Put the target first: snakemake results/toy/tables/main.md --forcerun evaluate" in out, out[-2000:]
+
+
+def _tiny(tmp_path: Path) -> Path:
+    d = tmp_path / "tiny"
+    d.mkdir()
+    _tiny_config(d)
+    return d
+
+
+def _mistake(tmp_path: Path, old: str, new: str) -> Path:
+    text = (ROOT / "config.yaml").read_text()
+    assert old in text
+    p = tmp_path / "config.yaml"
+    p.write_text(text.replace(old, new, 1))
+    return p
+
+
+@pytest.mark.parametrize("old,new,said", [
+    ("      - model: toy\n        dataset: toyarith\n", "      - model: toyy\n        dataset: toyarith\n",
+     "'grids.toy.training.0.model': unknown model 'toyy' (did you mean 'toy'?"),
+    ("      - model: toy\n        dataset: toyarith\n", "      - model: toy\n        dataset: toyarithm\n",
+     "'grids.toy.training.0.dataset': unknown dataset 'toyarithm' (did you mean 'toyarith'?"),
+    ("      - model: toy\n        dataset: toyarith\n", "      - model: toy\n        dataset: gsm8k\n",
+     "'gsm8k' is a dataset of grid paper: add it to this grid's datasets"),
+    ("        modes: [hard, soft, fuzzy]\n        seeds: [0, 1]\n", "        modes: [hard, sfot, fuzzy]\n        seeds: [0, 1]\n",
+     "'sfot' is not one of ['hard', 'soft', 'fuzzy']; did you mean 'soft'?"),
+])
+def test_a_name_mistake_in_a_grid_is_named_with_its_line_and_the_closest_name(tmp_path, old, new, said):
+    p = _mistake(tmp_path, old, new)
+    with pytest.raises(ConfigError) as err:
+        config, files = read_config(p)
+        check_config(config, loader_kind, files)
+    assert said in str(err.value)
+    assert f"{p}:" in str(err.value)   # the file and the line
+
+
+def test_an_unclosed_bracket_is_named_where_it_opens(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("grid: toy\nrl: {lr: 1.0e-3\nsteps: 4\nother: 1\n")
+    with pytest.raises(ConfigError) as err:
+        check_yaml_syntax(p)
+    assert f"{p}:2:5: not valid YAML" in str(err.value) and "noticed at line" in str(err.value)
+
+
+def test_a_misspelled_hub_id_in_plan_names_its_line_and_the_id(tmp_path):
+    p = _mistake(tmp_path, "source: meta-llama/Llama-3.2-3B-Instruct", "source: meta-llama/Llama-3.2-3B-Instrcut")
+    proc = subprocess.run([str(BIN / "softtokens"), "plan", "--config", str(p), "--grid", "paper"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "did you mean 'meta-llama/Llama-3.2-3B-Instruct'?" in proc.stderr and f"{p}:" in proc.stderr
+
+
+@pytest.mark.parametrize("target,said", [
+    ("results/toy/eval/toy/toyarith-sfot-seed0/toyarith/hard_greedy.json", "mode 'sfot' is not one of this grid's (did you mean 'soft'?)"),
+    ("results/toy/eval/toy/toyarith-fuzzy-seed0/toyarith/hard_greddy.json", "setting 'hard_greddy' is not evaluated here (did you mean 'hard_greedy'?)"),
+    ("results/toy/runs/toy/toyarth/soft/seed0/selected.json", "toy/toyarth is not a training cell of the grid (did you mean 'toy/toyarith'?"),
+])
+def test_a_name_mistake_in_a_target_is_named_before_any_job(tmp_path, target, said):
+    proc = snakemake(*tiny_args(_tiny(tmp_path)), "-n", target)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and said in out, out[-2000:]
+
+
+def test_the_startup_check_knows_every_rule_of_the_workflow():
+    from softtokens.commands.workflow import RULES
+
+    proc = snakemake("--list-rules")
+    listed = {line.split()[0] for line in proc.stdout.splitlines() if line.strip() and not line.startswith(" ")}
+    assert listed == RULES, listed ^ RULES
+
+
+def test_an_interrupted_note_waits_for_the_lock(tmp_path, monkeypatch):
+    from softtokens.commands.workflow import locked
+
+    monkeypatch.chdir(tmp_path)
+    assert not locked()
+    (tmp_path / ".snakemake" / "locks").mkdir(parents=True)
+    (tmp_path / ".snakemake" / "locks" / "0.input.lock").write_text("x")
+    assert locked()   # another Snakemake is writing: its outputs are not left incomplete
