@@ -58,3 +58,10 @@ def test_rollout_through_compiled_flex_equals_the_cpu_path(name, toy_tokenizer, 
     assert torch.equal(plain.step_ids, flex.step_ids) and plain.completions == flex.completions
     if plain.noisy_inputs is not None:
         torch.testing.assert_close(flex.noisy_inputs, plain.noisy_inputs, rtol=0, atol=1e-5)
+
+
+def test_flex_is_declined_where_its_decode_kernel_cannot_apply():
+    """Inductor's split-K decode kernel needs a power-of-two GQA group: Llama-3.2-3B's 24 / 8 = 3 is not (the
+    general kernel would compute 128 query rows for 1), Llama-3.1-8B's 32 / 8 = 4 is."""
+    assert "24/8 = 3 is not a power of two" in flex_decode.declined(24, 8)
+    assert flex_decode.declined(32, 8) is None and flex_decode.declined(16, 16) is None

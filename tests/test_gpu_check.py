@@ -88,7 +88,8 @@ def test_smoke_measures_what_the_issue_asks(smoke):
     from softtokens.cost.forecast import throughput_from_gpu_check
 
     rates = throughput_from_gpu_check(report)
-    assert set(rates.decode) == {"hard", "soft", "fuzzy"} and set(rates.update) == {"soft", "hard"}
+    assert set(rates.decode) == {"hard", "soft", "fuzzy"} and set(rates.update) == {"soft", "hard", "fuzzy"}
+    assert rates.update["fuzzy"] == rates.update["soft"] and "fuzzy training from soft's" in rates.source
     assert all(c.fixed_s >= 0 and c.per_row_s >= 0 for c in rates.decode.values())
 
 
@@ -259,3 +260,65 @@ def test_a_report_that_checked_nothing_has_not_passed(tmp_path):
     assert not report.passed   # only checks that do not apply here
     report.check("engine", "tokens equal", True)
     assert report.passed
+
+
+
+# ---------------------------------------------------------------- a GPU session that cannot return empty
+def _interrupted(tmp_path, args: list[str], marker: str, point: str):
+    """gpu-check --smoke in a process of its own, SIGTERM sent once ``marker`` is printed: what it left."""
+    import os
+    import signal
+    import time
+
+    out, work = tmp_path / "gc", tmp_path / "work"
+    (work / "left-by-an-earlier-run").mkdir(parents=True)   # --work-dir is emptied at the start
+    proc = subprocess.Popen([sys.executable, "-m", "softtokens", "gpu-check", "--smoke", "--out", str(out),
+                             "--work-dir", str(work), *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    seen, deadline = [], time.monotonic() + 300
+    for line in proc.stdout:
+        seen.append(line)
+        if marker in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+        assert time.monotonic() < deadline, "".join(seen[-20:])
+    rest = proc.communicate(timeout=120)[0]
+    print(f"interrupted {point}: at '{marker.strip()}', rc {proc.returncode}")
+    return proc.returncode, json.loads((out / "gpu_check.json").read_text()), work, "".join(seen) + rest
+
+
+@pytest.mark.parametrize("point,args,marker,section", [
+    ("during the engine section", [], "[gpu-check] engine hard_greedy:", "engine"),
+    ("mid-training", ["--modes", "soft,hard"], "[gpu-check] training soft step 1:", "training"),
+    ("during the head-loss A/B", ["--speed"], "section 3 of 3: head_loss", "head_loss"),
+])
+def test_a_cut_gpu_check_leaves_a_valid_partial_report_and_no_work_dir(tmp_path, point, args, marker, section):
+    """The rehearsal of a lease cut at any second: SIGTERM at three points of a run; each time the JSON is
+    whole, says it is incomplete and where it stopped, the forecast's refit reads it and names what it lacks,
+    and the work directory holds nothing (its clean-up ran)."""
+    from softtokens.rates.throughput import missing_parts, throughput_from_gpu_check
+
+    rc, report, work, log = _interrupted(tmp_path, args, marker, point)
+    assert rc == 130, log[-3000:]
+    assert report["complete"] is False and report["interrupted"] == f"SIGTERM during {section}", report.get("interrupted")
+    assert list(work.iterdir()) == [], list(work.iterdir())
+    lacking = missing_parts(report)
+    assert lacking and any("not marked complete" in m or "SIGTERM" in m for m in lacking)
+    rates = throughput_from_gpu_check(report)   # never a KeyError: what is not there is borrowed, and named
+    assert set(rates.update) == {"hard", "soft", "fuzzy"} and "from the default rates" in rates.source
+
+
+def test_the_session_stops_at_once_without_its_wheels(tmp_path):
+    """`bash benchmarks/device/session.sh` where .whl/ is empty: non-zero within 30 s, before building anything."""
+    import os
+    import shutil
+    import time
+
+    copy = tmp_path / "repo"
+    (copy / "benchmarks" / "device").mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks/device/session.sh", copy / "benchmarks/device/session.sh")
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", "benchmarks/device/session.sh"], cwd=copy, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "OUT": str(tmp_path / "out")})
+    assert proc.returncode != 0 and time.monotonic() - t0 < 30
+    assert "no wheels in .whl/" in proc.stderr

@@ -111,6 +111,10 @@ class DecodeForward:
     def __init__(self, model, max_len: int, attention: str = "matmul", elementwise: Elementwise = EAGER):
         if attention not in ATTENTIONS:
             raise ValueError(f"attention {attention!r}: one of {', '.join(ATTENTIONS)}")
+        self.declined = None   # why flex was asked for and not used (flex_decode.declined)
+        if attention == "flex" and model.device.type == "cuda":
+            self.declined = flex_decode.declined(model.config.num_attention_heads, model.config.num_key_value_heads)
+            attention = "sdpa" if self.declined else attention
         self.attention = attention
         self.elementwise = elementwise
         if attention == "flex":

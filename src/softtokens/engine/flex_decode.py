@@ -21,14 +21,26 @@ import warnings
 import torch
 
 
+def declined(query_heads: int, kv_heads: int) -> str | None:
+    """Why inductor's split-K decoding kernel cannot serve a model (None: it can): it needs each KV head's
+    group of query heads to be a power of two (Llama-3.2-3B: 24 / 8 = 3 is not), and runs its general
+    kernel otherwise (128 query rows computed for 1): then SDPA decodes (decode_forward)."""
+    group = query_heads // kv_heads
+    if group & (group - 1):
+        return f"GQA group {query_heads}/{kv_heads} = {group} is not a power of two: the split-K decode kernel " \
+               "does not apply (the general kernel computes 128 query rows for 1); SDPA decodes instead"
+    return None
+
+
 @functools.cache
 def function(compiled: bool):
-    """flex_attention, compiled (once per process; dynamic shapes: one kernel for every row count and read
-    window) or eager (the CPU tests: it materialises the scores, and says so once, which is silenced)."""
+    """flex_attention, compiled (once per process; static shapes: a kernel per row count and read window,
+    so inductor sees a fixed batch and picks its split-K decoding kernel: a CUDA graph bucket is one shape)
+    or eager (the CPU tests: it materialises the scores, and says so once, which is silenced)."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if compiled:
-        return torch.compile(flex_attention, dynamic=True, fullgraph=True)
+        return torch.compile(flex_attention, dynamic=False, fullgraph=True)
 
     # the eager kernel's advice to compile it, which the CPU tests know; a filter, not a wrapper, so that a
     # traced decode step (torch.compile fullgraph) sees flex_attention itself

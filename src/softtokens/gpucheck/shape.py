@@ -113,18 +113,22 @@ class Report:
         return bool(applied) and all(c["passed"] for c in applied)
 
     def write(self) -> None:
-        from softtokens.run.files import write_json
+        """gpu_check.json and .md, each written whole and renamed into place (run.files): a run cut at any
+        second leaves a valid file of everything measured so far, ``complete`` false until the end."""
+        from softtokens.run.files import write_json, write_text
 
         self.out.mkdir(parents=True, exist_ok=True)
         failed = [f"{c['section']}: {c['check']}" for c in self.checks if c["passed"] is False]
-        write_json(self.out / "gpu_check.json", {**self.meta, "passed": self.passed, "failed": failed,
-                                                 "checks": self.checks, "sections": self.sections})
-        (self.out / "gpu_check.md").write_text(self.summary())
+        write_json(self.out / "gpu_check.json", {"complete": False, **self.meta, "passed": self.passed,
+                                                 "failed": failed, "checks": self.checks, "sections": self.sections})
+        write_text(self.out / "gpu_check.md", self.summary())
 
     def summary(self) -> str:
         m = self.meta
         applied = sum(c["passed"] is not None for c in self.checks)
         verdict = "PASSED" if self.passed else ("FAILED: no check applied" if not applied else "FAILED")
+        if not m.get("complete", False):
+            verdict += " (incomplete: " + (m.get("interrupted") or "still running, or cut") + ")"
         lines = [f"# gpu-check: {verdict}", "",
                  f"{m['device']['name']} · torch {m['torch']} (CUDA {m['cuda']}) · transformers {m['transformers']} · "
                  f"{m['model']} ({m['parameters'] / 1e9:.3g}B parameters, {m['compute_dtype']}) · {m['date']}", ""]

@@ -38,16 +38,22 @@ def synthetic_grade(completion: str, gold: str, timeout_s: float | None = None):
     return Grade(boxed=k < 2, correct=k == 0)
 
 
-def check_training(report: Report, base: Path, shape: CheckShape, arch, dev: torch.device, work: Path) -> None:
-    """RLOO steps of the cell in each of ``shape.modes`` from the base at ``base``."""
+def check_training(report: Report, base: Path, shape: CheckShape, arch, dev: torch.device, work: Path,
+                   speed: bool = False, deadline: float | None = None) -> None:
+    """RLOO steps of the cell in each of ``shape.modes`` from the base at ``base``. ``speed``: each mode's
+    update profiled, the slow correctness round trips (checkpoint reload, optimizer round trip) left out;
+    ``deadline`` (time.monotonic()): no new step or mode past it (the section says it was cut)."""
     sec, out = "training", {"modes": {}}
     report.sections[sec] = out
     rows = toy_splits(64, 4, 1, seed=7)
     for i, mode in enumerate(shape.modes):
+        if deadline is not None and time.monotonic() > deadline:
+            out["cut"] = f"at its deadline, before {mode}"
+            break
         out["modes"][mode] = result = {}
         try:
             _train_mode(report, result, base, rows, shape, arch, mode, dev, work / f"state-{mode}",
-                        master_check=(i == 0))
+                        master_check=(i == 0), speed=speed, deadline=deadline)
         except Exception as err:  # one mode's failure must not hide the others' results
             report.check(sec, f"{mode}: RLOO steps run", False, f"{type(err).__name__}: {err}",
                          detail=traceback.format_exc(limit=8))
@@ -57,7 +63,7 @@ def check_training(report: Report, base: Path, shape: CheckShape, arch, dev: tor
 
 
 def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode: str, dev, state_dir: Path,
-                master_check: bool) -> None:
+                master_check: bool, speed: bool = False, deadline: float | None = None) -> None:
     from transformers import AutoModelForCausalLM
 
     from softtokens.train.config import TrainConfig
@@ -90,10 +96,14 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
     trainer = MeasuredTrainer(cfg, str(base), rows["train"], rows["validation"], state_dir, grader=synthetic_grade)
     result["seconds_load"] = round(time.perf_counter() - t0, 1)
     result["processes"] = trainer.dp.world
-    before = {k: v.clone() for k, v in full_state_dict(trainer.policy).items()} if master_check else None
+    before = {k: v.clone() for k, v in full_state_dict(trainer.policy).items()} if master_check and not speed \
+        else None
     steps = result["steps"] = []
     prompt_len, held = 0, None
     for step in range(shape.train_steps):
+        if steps and deadline is not None and time.monotonic() > deadline:
+            result["cut"] = f"at its deadline, after {len(steps)} step(s)"
+            break
         held = allocated_bytes(dev)
         row = trainer.train_step(step)
         sync(dev)
@@ -113,6 +123,7 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
                         "update_peak_GB": gb(phases.get("update")),
                         "reserved_peak_GB": gb(torch.cuda.max_memory_reserved(dev)) if dev.type == "cuda" else None})
         print(f"[gpu-check] training {mode} step {step + 1}: {steps[-1]}", flush=True)
+        report.write()   # every measured step on disk: a cut run keeps it
     last = steps[-1]
     report.check(sec, f"{mode}: {len(steps)} RLOO steps run", True,
                  f"{last['seconds_step']} s/step (rollout {last['seconds_rollout']}, update {last['seconds_update']})")
@@ -149,11 +160,13 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
         memory_check(report, sec, f"{mode}: {phase} memory per GPU", measured.get(phase), planned[phase],
                       {k: gb(v) for k, v in plan.items()})
 
-    if master_check:   # the first mode: one more update, profiled (gpucheck.update_profile)
+    report.write()
+    if master_check or speed:   # one more update, profiled (gpucheck.update_profile): the first mode, or each
         from softtokens.gpucheck.update_profile import profile_update
 
         prof = result["update_profile"] = profile_update(trainer, len(steps), dev, arch.parameters,
                                                           cfg.activation_checkpointing)
+        report.write()
         print(f"[gpu-check] training {mode} update profile: " + str({k: v for k, v in prof.items()
                                                                       if k != "top_kernels"}), flush=True)
         report.check(sec, f"{mode}: host reads in one update's loss pass (micro-batch {prof['micro_batch_size']}, "
@@ -165,6 +178,7 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
         report.check(sec, f"{mode}: update time against the forecast of its shape", None,
                      f"{prof['seconds']} s measured, {prof['forecast_seconds']} s forecast "
                      f"({prof['measured_over_forecast']}x)", "reported")
+    if master_check and not speed:   # the correctness round trips: moved entries, checkpoint, optimizer state
         after = full_state_dict(trainer.policy)
         moved = {k: float((after[k] != before[k]).float().mean()) for k in after if after[k].is_floating_point()}
         total = sum(after[k].numel() for k in moved)
@@ -178,7 +192,7 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
         # the checkpoint a run writes, loaded the way a user loads it
         t0 = time.perf_counter()
         trainer.save("best", len(steps), with_optimizer=False)
-        saved = state_dir / "best"
+        saved = trainer.store.best_dir(len(steps))
         result["seconds_save"] = round(time.perf_counter() - t0, 1)
         if trainer.dp.is_main:
             plain = AutoModelForCausalLM.from_pretrained(saved, dtype=torch.float32)

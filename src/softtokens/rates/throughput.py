@@ -97,15 +97,16 @@ def _decode_points(report: dict) -> dict[str, list[tuple[float, float]]]:
     training step's rows and an evaluation batch, the CoT length the jobs decode), and gpu-check's
     decode curve where it has one, each of its points less the admission and capture its short runs pay
     (the curve's step at the engine's rows minus the full-length run's, per setting)."""
-    sec = report["sections"]
+    sec = report.get("sections") or {}
     points: dict[str, list[tuple[float, float]]] = {}
-    full = {name: s["ms_per_step"] / 1e3 for name, s in sec["engine"]["settings"].items()}
-    rows = sec["engine"]["rows"]
+    engine = sec.get("engine") or {}
+    full = {name: s["ms_per_step"] / 1e3 for name, s in (engine.get("settings") or {}).items()}
+    rows = engine.get("rows")
     for name, seconds in full.items():
         points.setdefault(setting_mode(name), []).append((rows, seconds))
     for name, s in sec.get("evaluation", {}).get("settings", {}).items():
         points.setdefault(setting_mode(name), []).append((s["rows"], s["ms_per_step"] / 1e3))
-    curve = sec["engine"].get("decode_curve") or []
+    curve = engine.get("decode_curve") or []
     at_rows = next((c["ms_per_step"] for c in curve if c["rows"] == rows), {})
     for row in curve:
         for name, ms in row["ms_per_step"].items():
@@ -117,15 +118,15 @@ def _decode_points(report: dict) -> dict[str, list[tuple[float, float]]]:
 
 def update_measurements(report: dict) -> dict[str, tuple[float, float, int]]:
     """Per mode: (seconds of its last update, tokens it replayed, micro-batches per GPU) of a gpu-check report."""
-    shape, sec = report["shape"], report["sections"]
+    shape, sec = report["shape"], report.get("sections") or {}
     steps = shape["cot_max_tokens"] + PREFILL_TOKENS + shape["answer_max_tokens"]
     rows = shape["prompts_per_step"] * shape["samples_per_prompt"]
     out = {}
-    for mode, m in sec["training"]["modes"].items():
+    for mode, m in ((sec.get("training") or {}).get("modes") or {}).items():
         if not m.get("steps"):
             continue
         last = m["steps"][-1]
-        tokens = last.get("update_tokens") or rows * (sec["engine"]["prompt_tokens"] + steps)
+        tokens = last.get("update_tokens") or rows * ((sec.get("engine") or {}).get("prompt_tokens", 0) + steps)
         micro = last.get("micro_batches") or -(-rows // (m.get("processes", 1) * shape["micro_batch_size"]))
         out[mode] = (last["seconds_update"], tokens, micro)
     return out
@@ -149,12 +150,33 @@ def micro_batch_cost(*reports: dict) -> float | None:
     return sum(fits) / len(fits) if fits else None
 
 
-def throughput_from_gpu_check(report: dict, source: str = "", earlier: dict | None = None) -> Throughput:
-    """The rates a gpu-check report measured (engine, evaluation and training sections). A training mode
-    it lacks (a check stopped by its time limit) takes ``earlier``'s rate (a report of the same model),
-    and the source line says so; the two together fit the update's cost per micro-batch where one kind of
-    GPU measured a mode at two micro-batch counts."""
-    shape, sec = report["shape"], report["sections"]
+def missing_parts(report: dict) -> list[str]:
+    """What a gpu-check report lacks of what the rates are fitted from (a run cut by its time limit, or a
+    speed profile, which leaves the evaluation and the saves out): [] for a whole one."""
+    sec = report.get("sections") or {}
+    out = []
+    if not (sec.get("engine") or {}).get("settings"):
+        out.append("decode (engine section)")
+    if "loglik" not in (sec.get("evaluation") or {}):
+        out.append("the log-likelihood pass (evaluation section)")
+    measured = update_measurements(report)
+    out += [f"{mode} training" for mode in MODES if mode not in measured]
+    if not any("seconds_save" in m for m in ((sec.get("training") or {}).get("modes") or {}).values()):
+        out.append("checkpoint saves")
+    if not report.get("complete", True):
+        out.append(f"the rest of the run ({report.get('interrupted') or 'not marked complete'})")
+    return out
+
+
+def throughput_from_gpu_check(report: dict, source: str = "", earlier: dict | None = None,
+                              fallback: "Throughput | None" = None) -> Throughput:
+    """The rates a gpu-check report measured (engine, evaluation and training sections). What it lacks (a
+    check stopped by its time limit, a speed profile) comes from ``earlier`` (a report of the same model)
+    where that has it, else from ``fallback`` (DEFAULT, scaled to the report's model), and the source line
+    names each borrowed part; the two reports together fit the update's cost per micro-batch where one kind
+    of GPU measured a mode at two micro-batch counts. Never a KeyError on a partial file."""
+    fallback = (fallback or DEFAULT).scaled_to(float(report["parameters"]))
+    shape, sec = report["shape"], report.get("sections") or {}
     params = float(report["parameters"])
     reports = [report] + ([earlier] if earlier else [])
     fixed = micro_batch_cost(*reports) or 0.0
@@ -165,27 +187,56 @@ def throughput_from_gpu_check(report: dict, source: str = "", earlier: dict | No
                 continue
             update[mode] = tokens * params / max(seconds - micro * fixed, 1e-9)
             if r is not report:
-                borrowed.append(mode)
-        for m in r["sections"]["training"]["modes"].values():
+                borrowed.append(f"{mode} training")
+        for m in ((r.get("sections") or {}).get("training") or {}).get("modes", {}).values():
             if "seconds_save" in m:
                 saves.append((m["seconds_save"], m.get("seconds_optimizer_round_trip", 0.0)))
-    save_s, round_trip = saves[0] if saves else (0.0, 0.0)
-    ev = sec["evaluation"]
+    from_default, twins = [], []
+    for mode in MODES:   # soft and fuzzy replay through one code path: a mode not measured takes its twin's rate
+        twin = next((m for m in CONTINUOUS_MODES if m in update), None) if mode in CONTINUOUS_MODES else None
+        if mode not in update and twin is not None:
+            update[mode] = update[twin]
+            twins.append(f"{mode} training from {twin}'s")
+        elif mode not in update:
+            update[mode] = fallback.update[mode]
+            from_default.append(f"{mode} training")
+    if saves:
+        save_s, resume_save_s = saves[0][0], saves[0][0] + saves[0][1] / 2
+    else:
+        save_s, resume_save_s = fallback.save_s, fallback.resume_save_s
+        from_default.append("saves")
+    loglik = (sec.get("evaluation") or {}).get("loglik")
+    if loglik is None and earlier is not None:
+        loglik = ((earlier.get("sections") or {}).get("evaluation") or {}).get("loglik")
+        if loglik is not None:
+            borrowed.append("the log-likelihood pass")
+    if loglik is None:
+        loglik_rows = fallback.loglik_rows
+        from_default.append("the log-likelihood pass")
+    else:
+        loglik_rows = loglik["rows"] / loglik["seconds"]
     decode = {mode: fit_curve(p) for mode, p in _decode_points(report).items()}
     for mode in MODES:  # soft and fuzzy decode through one code path: a mode not measured takes its twin's line
         twin = next((m for m in CONTINUOUS_MODES if m in decode), None) if mode in CONTINUOUS_MODES else None
         if mode not in decode and twin is not None:
             decode[mode] = decode[twin]
+        if mode not in decode:
+            decode[mode] = fallback.decode[mode]
+            from_default.append(f"{mode} decode")
     name = source or f"gpu-check {report['date'][:10]} on {report['device']['name']} ({report['model']}, " \
                      f"{report['compute_dtype']})"
     if borrowed:
-        name += f"; {', '.join(sorted(borrowed))} training from gpu-check {earlier['date'][:10]}"
+        name += f"; {', '.join(sorted(borrowed))} from gpu-check {earlier['date'][:10]}"
+    if twins:
+        name += f"; {', '.join(twins)}"
+    if from_default:
+        name += f"; not measured there, from the default rates: {', '.join(from_default)}"
     if fixed:
         name += f"; {fixed:.3f} s per micro-batch"
     return Throughput(decode=decode, update=update,
                       update_checkpointing=bool(shape.get("activation_checkpointing", False)),
-                      loglik_rows=ev["loglik"]["rows"] / ev["loglik"]["seconds"], save_s=save_s,
-                      resume_save_s=save_s + round_trip / 2, parameters=params, source=name, update_fixed_s=fixed)
+                      loglik_rows=loglik_rows, save_s=save_s, resume_save_s=resume_save_s, parameters=params,
+                      source=name, update_fixed_s=fixed)
 
 
 # the newest H100 gpu-check, benchmarks/results/gpu_check_h100_2026-11-26.json (10c3a31), with the earlier one

@@ -23,6 +23,13 @@ LOGIT_CHUNK_STEPS = 64
 LOGIT_CHUNK_TOKENS = 1024
 
 
+# vocabulary rows per weight-gradient GEMM of the fused head (train.head_loss): the (V x d) float32 product of
+# a float32 gradient is made a tile at a time into the running sum, so its transients (the GEMM's output over
+# the operand and its bf16 remainder, and their sum: 3 x tile x d x 4 bytes, counted by train.plan) replace the
+# (2V x d) + (V x d) a whole product made beside the sum (5.3 GB hard, 8.4 GB soft at V 128,256 x d 3,072)
+HEAD_TILE_ROWS = 8192
+
+
 def logit_chunk_steps(rows: int) -> int:
     """Steps per logit chunk of a micro-batch of ``rows`` rows."""
     return max(LOGIT_CHUNK_STEPS, LOGIT_CHUNK_TOKENS // max(1, rows))

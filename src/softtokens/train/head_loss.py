@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from softtokens.model.head import head_logits, wide_mm
+from softtokens.train.config import HEAD_TILE_ROWS
 
 
 def fused_replay_loss(h: torch.Tensor, W: torch.Tensor, E: torch.Tensor | None, row_weights: torch.Tensor,
@@ -36,12 +37,22 @@ def fused_replay_loss(h: torch.Tensor, W: torch.Tensor, E: torch.Tensor | None, 
     return loss, parts
 
 
+
+
 def _matmul(a: torch.Tensor, b: torch.Tensor, low: torch.dtype, fused: bool) -> torch.Tensor:
     """a @ b with a float32 (float64) result: bf16 GEMMs with float32 outputs where fused, else plain."""
     if fused:
         return wide_mm(a, b, low)
     wide = torch.promote_types(b.dtype, torch.float32)
     return a.to(wide) @ b.to(wide)
+
+
+def _accumulate(out: torch.Tensor, a_t: torch.Tensor, b: torch.Tensor, low: torch.dtype, fused: bool) -> None:
+    """out += a_t @ b, HEAD_TILE_ROWS of out's rows at a time (a_t: the transposed (V x n) operand; why:
+    train.config.HEAD_TILE_ROWS)."""
+    for lo in range(0, out.shape[0], HEAD_TILE_ROWS):
+        hi = min(lo + HEAD_TILE_ROWS, out.shape[0])
+        out[lo:hi] += _matmul(a_t[lo:hi], b, low, fused)
 
 
 class FusedReplayLoss(torch.autograd.Function):
@@ -76,6 +87,7 @@ class FusedReplayLoss(torch.autograd.Function):
             loss += chunk_loss.detach()
             g_z, g_hidden = grads[0], grads[1]
             if g_z is None:
+                del logits, z, h_leaf, terms, mixture, grads
                 continue
             flat_z = g_z.reshape(-1, g_z.shape[-1])
             flat_h = hc.detach().reshape(-1, hc.shape[-1])
@@ -83,13 +95,15 @@ class FusedReplayLoss(torch.autograd.Function):
                 g = _matmul(flat_z, w_const, W.dtype, fused).view(*hc.shape[:-1], -1)
                 grad_h[:, lo:hi] += g if g_hidden is None else g + g_hidden.to(wide)
             if need_w:
-                grad_w += _matmul(flat_z.T, flat_h, W.dtype, fused)
+                _accumulate(grad_w, flat_z.T, flat_h, W.dtype, fused)
             if mixture is not None and need_mix and grads[2] is not None:
                 if not mix_on_w and grad_e is None:
                     grad_e = torch.zeros(E.shape, dtype=wide, device=E.device)
                 probs, g_h0 = mixture[0].detach(), grads[2]
-                (grad_w if mix_on_w else grad_e).add_(_matmul(probs.reshape(-1, probs.shape[-1]).T,
-                                                              g_h0.reshape(-1, g_h0.shape[-1]), mix.dtype, fused))
+                _accumulate(grad_w if mix_on_w else grad_e, probs.reshape(-1, probs.shape[-1]).T,
+                            g_h0.reshape(-1, g_h0.shape[-1]), mix.dtype, fused)
+            # this chunk's logits, terms and gradients go before the next chunk's logits are made
+            del logits, z, h_leaf, terms, mixture, grads, g_z, g_hidden, flat_z, flat_h
         ctx.grads = (grad_h, grad_w, grad_e)
         ctx.dtypes = (h.dtype, W.dtype, None if E is None else E.dtype)
         return loss

@@ -45,7 +45,7 @@ from softtokens.train.architecture import (  # noqa: F401  (the plan's public na
     load_architecture,
     toy_architecture,
 )
-from softtokens.train.config import logit_chunk_steps
+from softtokens.train.config import HEAD_TILE_ROWS, logit_chunk_steps
 
 GB = 1e9
 BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}
@@ -56,6 +56,21 @@ FUSED_WIDE_GEMM = True
 # AdamW's implementations and the float32 temporaries of the sharded parameters' size each allocates in step()
 # (train.optimizer chooses "fused" where the device has the kernels)
 OPTIMIZER_TEMPORARIES = {"fused": 0, "foreach": 1}
+
+
+def head_gradient_bytes(a: Architecture, continuous: bool, fused: bool = True) -> int:
+    """The head's float32 weight-gradient memory in the update's backward. Fused (train.head_loss): W's sum
+    (and an untied E's under soft / fuzzy tokens), held over a micro-batch's chunks, plus one tile of the
+    product (train.config.HEAD_TILE_ROWS rows: its float32 output over the gradient and its bf16 remainder,
+    and their sum). The checkpointed path (rloo, a weight gradient handed to autograd per chunk): W's
+    accumulated gradient and a chunk's new one beside it, and for an untied E the same again; with
+    float32 operands its product is made over the operand and its remainder at once (2V x d) and summed
+    (V x d) before it is added: the fused path's peak is below it (tests/test_plan.py)."""
+    vd = a.vocab * a.hidden
+    matrices = 1 + (continuous and not a.tied)
+    if fused:
+        return 4 * vd * matrices + 3 * 4 * min(a.vocab, HEAD_TILE_ROWS) * a.hidden
+    return 4 * vd * matrices * 2 + 3 * 4 * vd
 
 
 def sharded_bytes(arch: Architecture, processes: int, itemsize: int) -> int:
@@ -126,9 +141,7 @@ def train_memory(arch: Architecture, job: TrainJob, first_step: bool = False) ->
     # the gathered root and two layers in the compute dtype (and their gradients), float32 copies of W (and of
     # an untied E for the mixture) with their gradients where the head makes them
     m["gathered weights"] = 2 * (a.root_params + 2 * a.layer_params) * c + 2 * 4 * vd * copies
-    # the fused head's weight gradients (train.head_loss), summed in float32 over a micro-batch's chunks: W's,
-    # and an untied E's under soft / fuzzy tokens; held from the head's forward to the start of its backward
-    m["head gradients"] = 4 * vd * (1 + (job.continuous and not a.tied))
+    m["head gradients"] = head_gradient_bytes(a, job.continuous)
     m["optimizer temporaries"] = OPTIMIZER_TEMPORARIES[job.optimizer] * shard
     state = 0 if first_step else m["optimizer state"]
     m["held"] = m["master weights"] + state + m["rollout weights"]
