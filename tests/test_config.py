@@ -64,7 +64,7 @@ def test_bad_mode_and_dangling_references(config):
         check_config(bad)
     bad = copy.deepcopy(config)
     bad["grid"] = "nope"
-    with pytest.raises(ConfigError, match=r"'grid': 'nope'"):
+    with pytest.raises(ConfigError, match=r"'grid': unknown grid 'nope' \(grids: toy"):
         check_config(bad)
 
 

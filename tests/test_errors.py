@@ -37,7 +37,7 @@ def test_the_workflow_stops_on_a_yaml_syntax_error_with_its_line(tmp_path):
 
 
 def test_a_model_id_typo_names_the_line_and_the_closest_shipped_id(tmp_path):
-    from softtokens.train.architecture import check_model_sources, shipped_models
+    from softtokens.sizing.architecture import check_model_sources, shipped_models
 
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     over = tmp_path / "typo.yaml"

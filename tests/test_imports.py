@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "softtokens"
 # bottom to top: a module may import its own layer and the ones before it
 # (run is lowest: config, names and paths are read by every layer; data reads reward's answer
 # normaliser to check golds when it prepares a dataset)
-LAYERS = ("run", "reward", "data", "model", "engine", "rates", "train", "eval", "cells", "cost", "audit", "verdict",
+LAYERS = ("run", "reward", "data", "model", "engine", "rates", "train", "sizing", "eval", "cells", "cost", "audit", "verdict",
           "report", "gpucheck", "commands", "cli")
 MAX_MODULE_LINES, MAX_CLASS_LINES = 400, 200
 MAX_ROOM_LINES = 2500   # a sub-package past this holds more than one thing users come for: split it
@@ -162,7 +162,7 @@ def test_the_workflow_and_the_jobs_that_compute_nothing_load_neither_torch_nor_t
             "from softtokens.run.jobs import GridJobs\n"
             "from softtokens.run.backups import settle\n"
             "from softtokens.run.slurm_check import status_command_problem\n"
-            "from softtokens.train.plan import check_plan\n"
+            "from softtokens.sizing.plan import check_plan\n"
             "config = load_config('config.yaml', loader_kind)\n"
             "for grid in ('toy', 'paper'):\n"
             "    check_plan(config, grid)\n"

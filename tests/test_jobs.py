@@ -29,7 +29,7 @@ def jobs(config: dict, grid: str, environ: dict | None = None) -> GridJobs:
     config = copy.deepcopy(config)
     config["grid"] = grid
     check_config(config, loader_kind)  # completes reused grids, as common.smk does
-    from softtokens.train.plan import resolve_memory
+    from softtokens.sizing.plan import resolve_memory
 
     return GridJobs(config, {} if environ is None else environ, resolve_rl=resolve_memory)  # as common.smk does
 

@@ -30,9 +30,9 @@ TINY = dict(steps=2, warmup_steps=20, cot_max_tokens=8, answer_max_tokens=6, val
 
 def paper_settings(mode: str = "soft", **over) -> dict:
     """The llama-3b x math cell of the paper grid, unchanged but for the sizes in TINY: its `auto` memory
-    settings as the workflow resolves them (train.plan.resolve_memory), and activation checkpointing on,
+    settings as the workflow resolves them (sizing.plan.resolve_memory), and activation checkpointing on,
     as the grid's runs that need it (Llama-8B, one-GPU runs) take it, so that path runs here too."""
-    from softtokens.train.plan import resolve_memory
+    from softtokens.sizing.plan import resolve_memory
 
     config = load_config(ROOT / "config.yaml", loader_kind)
     rl = resolve_memory(config, "paper", "llama-3b", cell_rl(config, "paper", "llama-3b", "math"), mode != "hard")
@@ -154,7 +154,7 @@ def test_checkpoint_loads_with_plain_from_pretrained(paper_base, tmp_path):
 
 def test_memory_plan_matches_what_fsdp_allocates(paper_base, tmp_path):
     """Master weights, optimizer state and the rollout copy: the plan's bytes are exact on CPU."""
-    from softtokens.train.plan import TrainJob, load_architecture, train_memory
+    from softtokens.sizing.plan import TrainJob, load_architecture, train_memory
     from softtokens.train.sharding import local_bytes, optimizer_state_tensors
 
     cfg = TrainConfig.from_settings(paper_settings(steps=1))
@@ -196,14 +196,16 @@ def train_here(base: Path, out: Path, settings: dict) -> None:
 
 @pytest.fixture(scope="module")
 def paper_runs(paper_base, tmp_path_factory):
-    """The paper settings on 1 process, on 2 (FSDP), and on 2 crashed after step 2 then resumed."""
+    """The paper settings on 1 process, on 2 and 4 (FSDP), and on 2 crashed after step 2 then resumed."""
     d = tmp_path_factory.mktemp("runs")
     settings = paper_settings(steps=3, val_every=1)
     done = {}
     train_here(paper_base, d / "one", settings)
-    r = cli_train(paper_base, d / "two", settings, 2)
-    assert r.returncode == 0, r.stderr[-4000:]
-    done.update(one=d / "one", two=d / "two")
+    for name, processes in (("two", 2), ("four", 4)):
+        r = cli_train(paper_base, d / name, settings, processes)
+        assert r.returncode == 0, r.stderr[-4000:]
+        done[name] = d / name
+    done["one"] = d / "one"
     crashed = cli_train(paper_base, d / "resumed", settings, 2, fault="crash_at_step=2")
     assert crashed.returncode != 0 and "injected crash" in crashed.stderr
     assert (d / "resumed" / "_resume" / "latest" / "optimizer").is_dir()
@@ -233,6 +235,44 @@ def test_two_processes_train_like_one(paper_runs):
     assert state["processes"] == 2 and state["config"]["compute_dtype"] == "bfloat16"
     train = [m for m in m2 if m["kind"] == "train"]
     assert all(m["replay_h0_gap"] is not None and m["replay_argmax_mismatch"] <= 0.05 for m in train)
+
+
+# the world size may change a run only through floating-point reduction order (gradients summed over shards in
+# another order): losses and gradient norms to LOSS_REL, weights to WEIGHT_REL. Measured here (gloo, CPU, 3 steps):
+# losses and weights equal to the bit, gradient norms within 3e-7 (rows are split whole, each row's forward is the
+# same; only the sums over processes reorder)
+LOSS_REL, WEIGHT_REL = 1e-4, 1e-5
+
+
+def test_world_sizes_1_2_4_give_the_same_run_and_the_same_selected_checkpoint(paper_runs, tmp_path):
+    """`gpus_per_run: auto` chooses the world size by memory, so a run's result must not depend on it: the same
+    rollouts (rewards exactly), the same loss curve to LOSS_REL, the same weights to WEIGHT_REL, and selection
+    picks the same step, on 1, 2 and 4 processes at the paper path's precision (bf16 compute, float32 master)."""
+    from softtokens.cli import main
+
+    runs = {n: read_rows(paper_runs[name] / "metrics.jsonl") for n, name in ((1, "one"), (2, "two"), (4, "four"))}
+    selected = {}
+    for n, name in ((1, "one"), (2, "two"), (4, "four")):
+        out = tmp_path / f"selected-{n}.json"
+        assert main(["select", "--metrics", str(paper_runs[name] / "metrics.jsonl"), "--checkpoints",
+                     str(paper_runs[name] / "checkpoints"), "--out", str(out)]) == 0
+        selected[n] = json.loads(out.read_text())
+    w1 = _weights(paper_runs["one"])
+    for n in (2, 4):
+        assert [(m["kind"], m["step"]) for m in runs[n]] == [(m["kind"], m["step"]) for m in runs[1]]
+        for x, y in zip(runs[1], runs[n]):
+            if x["kind"] == "train":
+                assert (x["reward"], x["frac_correct"]) == (y["reward"], y["frac_correct"]), (n, x["step"])
+                for k in ("loss", "grad_norm"):
+                    assert y[k] == pytest.approx(x[k], rel=LOSS_REL, abs=1e-6), (n, x["step"], k)
+            else:
+                assert x["val_greedy_accuracy"] == y["val_greedy_accuracy"], (n, x["step"])
+        assert selected[n]["step"] == selected[1]["step"], n
+        wn = _weights(paper_runs["four" if n == 4 else "two"])
+        for k in w1:
+            assert (w1[k] - wn[k]).norm() <= WEIGHT_REL * w1[k].norm() + 1e-12, (n, k)
+    assert json.loads((paper_runs["four"] / "checkpoints" / "latest" / "trainer_state.json").read_text())[
+        "processes"] == 4
 
 
 def test_resume_under_fsdp_equals_an_uninterrupted_run(paper_runs):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from softtokens.train.plan import (
+from softtokens.sizing.plan import (
     ARCHITECTURES,
     _from_config_json,
     _meta_architecture,
@@ -71,7 +71,7 @@ def test_auto_memory_settings_are_the_fastest_that_fit():
     AUTO_HEADROOM is left; 4 rows plan 54.3 GB: chosen, not recomputing.
     On 40 GB GPUs nothing fits without recomputation at 4 rows or more: recomputation, the largest that fits."""
     from softtokens.run.config import cell_rl
-    from softtokens.train.plan import AUTO_HEADROOM, GB, USABLE_SHARE, grid_plan, resolve_memory
+    from softtokens.sizing.plan import AUTO_HEADROOM, GB, USABLE_SHARE, grid_plan, resolve_memory
 
     config = _paper_config()
     rl = cell_rl(config, "paper", "llama-3b", "math")
@@ -92,8 +92,8 @@ def test_a_run_is_given_numbers_never_auto():
     import json as _json
 
     from softtokens.run.jobs import GridJobs
+    from softtokens.sizing.plan import resolve_memory
     from softtokens.train.config import TrainConfig
-    from softtokens.train.plan import resolve_memory
 
     config = {**_paper_config(), "grid": "paper"}
     settings = _json.loads(GridJobs(config, resolve_rl=resolve_memory).train_settings("llama-3b", "math", "soft", 0))
@@ -115,7 +115,7 @@ def test_the_update_peak_with_fused_adamw_is_the_measured_one(continuous, measur
     gradients: 12.85 + 6.43 + 12.85 + 25.7 GB (+ 0.44 of soft inputs) = 57.8-58.3 planned. Fused AdamW
     allocates no full-size temporary; the head's float32 copies are never made (bf16 GEMMs with float32
     results). Within 10 % (it is within 1 %)."""
-    from softtokens.train.plan import GB, TrainJob, load_architecture, train_memory
+    from softtokens.sizing.plan import GB, TrainJob, load_architecture, train_memory
 
     arch = load_architecture("meta-llama/Llama-3.2-3B-Instruct")
     job = TrainJob(micro_batch=16, continuous=continuous, optimizer="fused", **MEASURED)
@@ -129,7 +129,7 @@ def test_the_update_peak_with_foreach_adamw_is_the_measured_one():
     """Foreach AdamW, micro-batch 2, the second step (H100, gpu_check_h100_2026-11-26: 72.25 GB at
     micro-batches 2 and 8 alike): its step allocates a float32 temporary of the parameters' size, 12.85 GB
     beside held state and gradients, whatever the micro-batch. The plan without it said 64.66."""
-    from softtokens.train.plan import GB, TrainJob, load_architecture, train_memory
+    from softtokens.sizing.plan import GB, TrainJob, load_architecture, train_memory
 
     arch = load_architecture("meta-llama/Llama-3.2-3B-Instruct")
     for mb in (2, 8):
@@ -147,7 +147,7 @@ def test_auto_picks_a_large_micro_batch_for_the_paper_cell_on_one_80gb_gpu():
 
     from softtokens.data.sources import loader_kind
     from softtokens.run.config import cell_rl, load_config
-    from softtokens.train.plan import resolve_memory
+    from softtokens.sizing.plan import resolve_memory
 
     config = load_config(Path(__file__).resolve().parents[1] / "config.yaml", loader_kind)
     chosen = resolve_memory(config, "mini", "llama-3b", cell_rl(config, "mini", "llama-3b", "gsm8k"))

@@ -29,7 +29,7 @@ from softtokens.train.update import NonFiniteUpdate
 # a run's resolved settings, as the workflow hands them to the job: every key (run.jobs)
 SETTINGS = dict(PAPER_RL, mode="fuzzy", seed=4, lr=1e-3, prompts_per_step=2, samples_per_prompt=4, steps=6, warmup_steps=1,
                 cot_max_tokens=10, answer_max_tokens=4, val_every=3, val_size=6, micro_batch_size=4,
-                compute_dtype="float32", resume_save_minutes=0.0)
+                compute_dtype="float32", resume_save_steps=1)
 TIMINGS = ("seconds_rollout", "seconds_reward", "seconds_update")
 
 
@@ -135,6 +135,22 @@ def test_a_crash_while_writing_a_checkpoint_resumes_from_the_previous_one(base, 
     assert json.loads((tmp_path / "_resume" / "latest" / "trainer_state.json").read_text())["step"] == 3
     assert "resumed from step 3" in run_here(base, tmp_path, capsys)
     assert_same(outcome(tmp_path), straight)
+
+
+@pytest.mark.parametrize("phase", ["staged", "files", "sealed", "retired"])
+def test_a_kill_during_a_background_save_resumes_bit_identically_from_the_last_complete_one(base, tmp_path, straight,
+                                                                                            phase, capsys):
+    """The resume state is written by a background thread while training goes on (train.resume): a SIGKILL at
+    each point of that write leaves a complete save to resume from, never the half-written one."""
+    r = run(base, tmp_path, fault=f"kill_in_save=4:{phase}")
+    assert r.returncode == -signal.SIGKILL, r.stderr[-3000:]
+    assert f"injected SIGKILL in the latest save of step 4: {phase}" in r.stderr
+    tmp = tmp_path / "_resume" / ".latest.tmp"
+    assert tmp.is_dir()   # the save in flight was cut: it is not what the run resumes from
+    assert (tmp / "trainer_state.json").exists() == (phase in ("sealed", "retired"))
+    printed = run_here(base, tmp_path, capsys)
+    assert "resumed from step 3" in printed, printed[-2000:]
+    assert_same(outcome(tmp_path), straight, f"killed in the step-4 save at {phase}")
 
 
 @pytest.fixture(scope="module")
@@ -325,6 +341,7 @@ def test_the_audit_flags_a_result_made_from_a_stale_input(tmp_path, monkeypatch)
     for want, flagged in ((config_hash(made), False), (config_hash(now), True)):
         prov = Provenance("evaluate", {}, inputs={"data": data})
         prov.expected = expected_map([f"{data}={want}"])
-        write_json("result.json", {"value": 1, "provenance": prov.record()})
+        write_json("result.json", {"n_samples": 1, "pass@1": 1.0, "problems": [{"id": "a", "n": 1, "correct": 1}],
+                                   "provenance": prov.record()})
         lines, problems = audit("result.json")
         assert (problems == 1) is flagged and any("STALE data.jsonl" in line for line in lines) is flagged, lines

@@ -59,7 +59,7 @@ def tiny_grid() -> dict:
     grid["datasets"].pop("toychoice")
     # long enough to be cancelled mid-run on a fast machine (a toy step takes ~0.2 s); the resume
     # state saved after every step
-    grid["rl"].update(steps=STEPS, val_every=STEPS // 2, resume_save_minutes=0.0)
+    grid["rl"].update(steps=STEPS, val_every=STEPS // 2, resume_save_steps=1)
     small = {"mem_mb": 1500, "runtime": 30}
     grid["resources"] = {"train": dict(small), "evaluate": dict(small), "evaluate_loglik": dict(small),
                          "cpu": dict(small)}

@@ -31,7 +31,7 @@ def tiny_dag(tmp_path_factory):
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     grid = copy.deepcopy(config["grids"]["toy"])
     grid.update(copy.deepcopy(TINY))
-    grid["rl"] = {**grid["rl"], "steps": 4, "resume_save_minutes": 0}  # a resume state after every step
+    grid["rl"] = {**grid["rl"], "steps": 4, "resume_save_steps": 1}  # a resume state after every step
     config["grids"] = {"toy": grid}
     (d / "tiny.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake(*tiny_args(d), "--cores", "2")
@@ -158,7 +158,8 @@ def test_tiny_dag_end_to_end(tiny_dag, tmp_path):
     table = job_counts(snakemake(*args, "-n", "results/toy/tables/main.md", "--forcerun", "evaluate"))
     assert table == {"evaluate": 3, "main_table": 1, "total": 4}, table
     wrong = snakemake(*args, "-n", "--forcerun", "evaluate", one)   # the order the README warns of: caught
-    assert wrong.returncode != 0 and f"Put the target first: snakemake {one} --forcerun evaluate" in wrong.stderr
+    said = wrong.stdout + wrong.stderr
+    assert wrong.returncode != 0 and f"Put the target first: snakemake {one} --forcerun evaluate" in said
     shutil.copytree(tiny_dag, tmp_path / "dag", symlinks=True)
     args, res = tiny_args(tmp_path / "dag"), tmp_path / "dag" / "results" / "toy"
     (res / "eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json").unlink()
@@ -239,7 +240,7 @@ def test_a_truncated_checkpoint_is_named_before_evaluation(tiny_dag, tmp_path):
     before = (d / target).read_bytes()
     weights = d / RUN / "checkpoints/best/model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
-    proc = snakemake(*_args(d), "--cores", "1", "--forcerun", "evaluate", target)
+    proc = snakemake(*_args(d), "--cores", "1", target, "--forcerun", "evaluate")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "checkpoint" in out and "model.safetensors has 100 bytes" in out
@@ -252,8 +253,8 @@ def test_sigkill_of_the_whole_run_mid_training_then_a_rerun_is_bit_identical(tin
     its metrics and weights equal the uninterrupted run's."""
     d = _copy(tiny_dag, tmp_path)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.Popen([str(BIN / "snakemake"), *_args(d), "--cores", "1", "--forcerun", "train",
-                             f"{RUN}/metrics.jsonl"], cwd=ROOT, env=env, start_new_session=True,
+    proc = subprocess.Popen([str(BIN / "snakemake"), *_args(d), "--cores", "1", f"{RUN}/metrics.jsonl",
+                             "--forcerun", "train"], cwd=ROOT, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = d / RUN / "_resume/latest/trainer_state.json"
     deadline = time.monotonic() + 300

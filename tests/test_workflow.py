@@ -113,7 +113,8 @@ def test_one_table_plans_only_what_it_rests_on():
 def test_ablations_grid_plans_24_variant_runs_and_reuses_the_main_cells():
     """The appendix ablations: 12 (mode, variant) arms x 2 seeds, each evaluated under every inference
     setting on GSM8K; the default rows are the paper grid's runs, never planned here."""
-    proc = snakemake("--profile", "slurm", "-n", "--config", "grid=ablations", env=PAPER_ENV)
+    # `--quiet host` replaces the slurm profile's `quiet: rules` (a summary by rule): every job's block is printed
+    proc = snakemake("--profile", "slurm", "-n", "--quiet", "host", "--config", "grid=ablations", env=PAPER_ENV)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-3000:]
     counts = job_counts(proc)
@@ -135,11 +136,10 @@ def test_ablations_grid_plans_24_variant_runs_and_reuses_the_main_cells():
 
 
 def test_dry_run_refuses_a_grid_whose_jobs_cannot_fit(tmp_path):
-    """Llama-8B's training on one 80 GB GPU needs ~166 GB: the DAG stops before any job starts,
-    naming the job and the gigabytes."""
+    """Llama-8B's training on one 80 GB GPU (`gpus_per_run: 1`) does not fit: the DAG stops before any job
+    starts, naming the job and the gigabytes."""
     over = tmp_path / "one_gpu.yaml"
-    over.write_text("grids:\n  paper:\n    models:\n      llama-8b: {source: meta-llama/Llama-3.1-8B-Instruct, "
-                    "lr: 3.0e-6, train_gpus: 1}\n")
+    over.write_text("grids:\n  paper:\n    gpus_per_run: 1\n")
     proc = snakemake("--profile", "slurm", "-n", "--configfile", str(over), env=PAPER_ENV)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0

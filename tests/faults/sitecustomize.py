@@ -5,11 +5,17 @@ SOFTTOKENS_TEST_FAULT (tests/conftest.py, ``fault_env``); every Python process s
 then patches the training loop when the loop is first imported:
 - ``crash_at_step=N``: the run raises before training step N + 1 (a crash mid-run);
 - ``crash_in_save=N``: writing the ``latest`` checkpoint of step N raises after its weights and
-  optimizer are written, before its state file (a crash mid-checkpoint)."""
+  optimizer are written, before its state file (a crash mid-checkpoint);
+- ``kill_in_save=N:PHASE``: the process is SIGKILLed by the background writer of step N's ``latest``
+  save (train.saving), at PHASE: ``staged`` (in host memory, nothing written), ``files`` (weights,
+  tokenizer, schedule and optimizer shards written, no manifest), ``sealed`` (the manifest written,
+  not yet in place) or ``retired`` (the old ``latest`` renamed ``previous``, the new one not yet
+  ``latest``)."""
 
 import importlib.abc
 import importlib.util
 import os
+import signal
 import sys
 
 FAULT = os.environ.get("SOFTTOKENS_TEST_FAULT", "")
@@ -17,7 +23,7 @@ FAULT = os.environ.get("SOFTTOKENS_TEST_FAULT", "")
 
 def _inject(loop) -> None:
     kind, _, value = FAULT.partition("=")
-    n = int(value)
+    n = int(value) if value.isdigit() else None
     if kind == "crash_at_step":
         real_step = loop.Trainer.train_step
 
@@ -34,8 +40,33 @@ def _inject(loop) -> None:
                 raise RuntimeError(f"injected crash while writing the latest checkpoint of step {n}")
             return real_write(self, checkpoint, *args, **kwargs)
         loop.TrainerState.write = write
+    elif kind == "kill_in_save":
+        step, _, phase = value.partition(":")
+        _kill_in_save(sys.modules["softtokens.train.saving"].SaveWriter, int(step), phase)
     else:
-        raise ValueError(f"SOFTTOKENS_TEST_FAULT={FAULT!r}: crash_at_step=N or crash_in_save=N")
+        raise ValueError(f"SOFTTOKENS_TEST_FAULT={FAULT!r}: crash_at_step=N, crash_in_save=N or kill_in_save=N:PHASE")
+
+
+def _kill_in_save(writer, n: int, phase: str) -> None:
+    def kill(self, where, args):
+        tmp = next((a for a in args if isinstance(a, os.PathLike)), self.store.dir / ".latest.tmp")
+        if self.step == n and os.path.basename(tmp) == ".latest.tmp" and os.path.exists(tmp):
+            sys.stderr.write(f"injected SIGKILL in the latest save of step {n}: {where}\n")
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    method, after = {"staged": ("_write_files", False), "files": ("_seal", False), "sealed": ("_rotate", False),
+                     "retired": ("_retire_latest", True)}[phase]
+    real = getattr(writer, method)
+
+    def patched(self, *args, **kwargs):
+        if not after:
+            kill(self, phase, args)
+        out = real(self, *args, **kwargs)
+        if after:
+            kill(self, phase, args)
+        return out
+    setattr(writer, method, patched)
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

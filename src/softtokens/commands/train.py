@@ -141,8 +141,10 @@ def cmd_plan(a) -> None:
     if getattr(a, "claims", None):
         return cmd_plan_claims(a)
     from softtokens.cost.forecast import forecast_text, load_throughput
+    from softtokens.data.sources import loader_kind
     from softtokens.report.page import our_tables
-    from softtokens.train.plan import (
+    from softtokens.run.config import load_config
+    from softtokens.sizing.plan import (
         USABLE_SHARE,
         PlanError,
         check_plan,
@@ -151,6 +153,15 @@ def cmd_plan(a) -> None:
     )
 
     config, grid = grid_config(a)
+    # the bill reads the grid as written: its levers recompute it under each gpus_per_run (`paper` included)
+    written = load_config(a.config, loader_kind, grid)
+    if a.json:   # one object: the bill (cost.bill), the GPUs and saves of a run, the rates and their files
+        import json
+
+        from softtokens.cost.bill import bill_json
+
+        print(json.dumps(bill_json(written, grid, load_throughput(a.throughput)), indent=1))
+        return
     gpu_gb = config["grids"][grid].get("memory_plan", {}).get("gpu_memory_gb")
     print(f"grid {grid}: GB (1e9 bytes) per GPU; "
           + (f"fits = peak <= {USABLE_SHARE:.0%} of {gpu_gb} GB" if gpu_gb else "no GPU memory declared (not checked)"))
@@ -159,7 +170,12 @@ def cmd_plan(a) -> None:
     from softtokens.cost.forecast import grid_gpus_per_node
 
     per_node = a.gpus_per_node or grid_gpus_per_node(config, grid)
-    print(forecast_text(config, grid, load_throughput(a.throughput), a.nodes, per_node, our_tables(benchmarks)))
+    rates = load_throughput(a.throughput)
+    print(forecast_text(config, grid, rates, a.nodes, per_node, our_tables(benchmarks)))
+    if config["grids"][grid].get("memory_plan", {}).get("gpu_memory_gb"):   # a GPU grid: what it costs, by part
+        from softtokens.cost.bill import bill_text
+
+        print(bill_text(written, grid, rates))
     try:
         check_plan(config, grid)
     except PlanError as e:
@@ -226,8 +242,11 @@ def register(sub) -> None:
             c.add_argument("--budget", type=float, default=None, metavar="GPU_HOURS",
                            help="with --claims: keep the claims that fit, best first")
             c.add_argument("--json", action="store_true",
-                           help="with --claims: print one JSON object (the correlation, margins and draws used, each "
-                                "claim's odds and cells, the grid and its forecast) and write no grid unless --write")
+                           help="one JSON object: the grid's bill (GPU-hours by model x phase, the GPUs and saves "
+                                "of a run, the rates and the files they come from, the paper's budget, the choices "
+                                "that move it); with --claims the claims' plan (the correlation, margins and draws "
+                                "used, each claim's odds and cells, the grid and its forecast), writing no grid "
+                                "unless --write")
             c.add_argument("--name", default=None, help="with --claims: the grid's name (default: from the claims)")
             c.add_argument("--write", default=None, metavar="PATH",
                            help="with --claims: write the grid to PATH (without --json it is written to "

@@ -45,11 +45,13 @@ def check_grid(config: dict, grid: str, config_files=()) -> None:
     data copies, and the judge's margins (ConfigError)."""
     from softtokens.data.sources import check_local_sources, loader_kind
     from softtokens.run.config import ConfigError, check_config
-    from softtokens.train.architecture import check_model_sources
+    from softtokens.sizing.architecture import check_model_sources
+    from softtokens.sizing.gpus import resolve_gpus
 
     check_config(config, loader_kind, config_files)
     check_local_sources(config, grid)
     check_model_sources(config, grid, config_files)
+    resolve_gpus(config, grid)   # gpus_per_run: auto / N / paper, before any job or forecast reads the GPUs
     margins = (config.get("judging") or {}).get("margins")
     if margins:
         from softtokens.verdict.claims import margin_problems
@@ -180,7 +182,7 @@ def startup(config: dict, workflow) -> object:
     from softtokens.run.interrupted import interrupted_note
     from softtokens.run.jobs import GridJobs
     from softtokens.run.targets import outside_grid
-    from softtokens.train.plan import check_plan, resolve_memory
+    from softtokens.sizing.plan import check_plan, resolve_memory
 
     config_files = [f for f in workflow.configfiles if f not in workflow.overwrite_configfiles]
     config_files += list(workflow.overwrite_configfiles)

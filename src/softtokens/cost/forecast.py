@@ -10,8 +10,9 @@ runs as long as its longest row: an upper bound where CoTs stop early, close whe
 - a training run on P GPUs: ``steps`` x (S x decode step of B·G/P rows on one GPU, every GPU decoding
   its share at once: rollouts do not divide over GPUs, the rows do + the update of B·G x (prompt + S)
   tokens, whose FLOPs divide over the P GPUs) + every greedy validation (its rows over P, S steps) +
-  saves: the resume state at every validation and every ``resume_save_minutes``, and a best
-  checkpoint at each validation (an upper bound);
+  the saves the loop makes (train.config.save_schedule: the resume state at every validation and every
+  ``resume_save_steps``, a best checkpoint at most once per validation), each blocking the run only
+  while it is staged to host memory (the write runs in the background: train.resume);
 - an evaluation: ceil(rows / batch) batches of S steps at the batch's decode step, rows = questions x
   (n_samples for a sampled setting, 1 for a greedy one);
 - an out-of-domain evaluation: the log-likelihood pass every protocol runs (the NLL column) and, under
@@ -42,7 +43,9 @@ from softtokens.run import paths
 from softtokens.run.config import cell_rl
 from softtokens.run.jobs import GPU_KINDS, GridJobs, train_processes
 from softtokens.run.names import is_sampled, setting_mode
-from softtokens.train.plan import grid_architecture, resolve_memory
+from softtokens.sizing.gpus import with_resolved_gpus
+from softtokens.sizing.plan import grid_architecture, resolve_memory
+from softtokens.train.config import save_schedule
 
 __all__ = ["DEFAULT", "DEFAULT_FILES", "Throughput", "throughput_from_gpu_check", "load_throughput", "forecast_jobs", "by_kind",
            "wall_clock_hours", "eval_cells", "table_forecast", "vs_actual", "forecast_text", "PAPER_COST"]
@@ -95,14 +98,52 @@ def _mean_prompt_tokens(data: str, tokenizer_source: str, mtime: float) -> float
     return sum(len(e.ids) for e in tok.encode_batch(texts)) / len(texts)
 
 
+# characters per token of English and math text under the models' BPE tokenizers (Llama 3's and Qwen 2.5's
+# ~128k-151k vocabularies): about 4 for prose, fewer where digits and LaTeX split finely; 3.5 is taken, a stated
+# choice the forecast names, used only where the data is on disk without the model's tokenizer, or not yet there
+CHARS_PER_TOKEN = 3.5
+
+
+def _estimated_prompt(dataset_loader: str) -> float | None:
+    """Tokens of the paper's prompt around a typical question of the set (data.sources.Source.question_chars)."""
+    from softtokens.data.prompt import format_prompt
+    from softtokens.data.sources import SOURCES
+
+    source = SOURCES.get(dataset_loader)
+    if source is None or not source.question_chars:
+        return None
+    return (len(format_prompt("")) + source.question_chars) / CHARS_PER_TOKEN
+
+
+@lru_cache(maxsize=None)
+def _mean_prompt_chars(data: str, mtime: float) -> float | None:
+    from softtokens.data.prompt import format_prompt
+    from softtokens.eval.ood import prompt_of
+
+    lines = [json.loads(x) for x in Path(data).read_text().splitlines()[:PROMPT_SAMPLE] if x.strip()]
+    if not lines:
+        return None
+    return sum(len(prompt_of(r) if "choices" in r else format_prompt(r["question"])) for r in lines) / len(lines)
+
+
 def prompt_tokens(jobs: GridJobs, model: str, dataset: str, split: str) -> tuple[float, str]:
-    """(mean prompt tokens of a prepared split under the model's tokenizer, where the number comes from)."""
+    """(mean prompt tokens of a split, where the number comes from): measured on the prepared data under the
+    model's tokenizer; else its characters at CHARS_PER_TOKEN; else the set's typical question
+    (data.sources) in the paper's prompt at CHARS_PER_TOKEN; else the memory plan's worst case."""
     data = Path(paths.data_path(jobs.results, dataset, split))
     source = jobs.model_source(model)
     if data.exists():
         mean = _mean_prompt_tokens(str(data), source, data.stat().st_mtime)
         if mean is not None:
             return mean, f"measured on {data}"
+        chars = _mean_prompt_chars(str(data), data.stat().st_mtime)
+        if chars is not None:
+            return chars / CHARS_PER_TOKEN, (f"{data}'s prompts at {CHARS_PER_TOKEN} characters a token (the "
+                                             "model's tokenizer is not cached here)")
+    estimate = _estimated_prompt(jobs.grid["datasets"][dataset]["loader"])
+    if estimate is not None:
+        return estimate, (f"estimated: the paper's prompt around a typical {dataset} question at {CHARS_PER_TOKEN} "
+                          "characters a token (prepare the data and cache the tokenizer to measure)")
     assumed = int(jobs.grid.get("memory_plan", {}).get("prompt_tokens", 512))
     return float(assumed), "assumed (the memory plan's worst case; prepare the data and cache the tokenizer to measure)"
 
@@ -137,29 +178,48 @@ def train_seconds(jobs: GridJobs, config: dict, grid_name: str, run, rates: Thro
     val_rows = min(rl["val_size"], grid["datasets"][run.dataset].get("validation_size", rl["val_size"]))
     validation = validations * S * rates.decode_s(run.mode, math.ceil(val_rows / P))
     compute = rl["steps"] * (rollout + update) + validation
-    timed_saves = math.floor(compute / (60 * rl["resume_save_minutes"])) if rl["resume_save_minutes"] > 0 else rl["steps"]
-    saves = (validations + timed_saves) * rates.resume_save_s + validations * rates.save_s
-    return {"rollout_step": rollout, "update_step": update, "validation": validation, "saves": saves,
-            "total": compute + saves}
+    # the saves the loop makes (train.config.save_schedule), each blocking the run only while it is staged to
+    # host memory (train.resume writes it in the background): a best checkpoint at most once per validation
+    counts = save_schedule(rl["steps"], rl["val_every"], rl["resume_save_steps"])
+    saves = counts["latest"] * rates.stage_s(P, optimizer=True) + counts["best"] * rates.stage_s(P, optimizer=False)
+    return {"rollout_step": rollout, "update_step": update, "rollout": rl["steps"] * rollout,
+            "update": rl["steps"] * update, "validation": validation, "saves": saves,
+            "saves_latest": counts["latest"], "saves_best": counts["best"], "total": compute + saves}
+
+
+# where a job's GPU-hours go: a training run's parts (train_seconds), an evaluation, a log-likelihood job
+TRAIN_PHASES = ("rollout", "update", "validation", "saves")
+PHASES = (*TRAIN_PHASES, "evaluate", "loglik")
+PHASE_OF_RULE = {"evaluate": "evaluate", "evaluate_loglik": "loglik"}
+JOB_COLUMNS = ["job", "rule", "model", "wall_s", "gpus", "gpu_hours", "step_s", *(f"{p}_gpu_h" for p in PHASES),
+               "saves_latest", "saves_best"]
 
 
 def forecast_jobs(config: dict, grid_name: str, rates: Throughput = DEFAULT) -> pd.DataFrame:
     """One row per GPU job of the grid, named as its benchmark file (cost.ledger's job ids): its
-    kind, GPUs, forecast wall seconds and GPU-hours (GPUs 0 on a grid that declares none); a training
-    run also its seconds per RLOO step (``step_s``)."""
+    kind, model, GPUs, forecast wall seconds and GPU-hours (GPUs 0 on a grid that declares none) and where
+    they go (``<phase>_gpu_h``, PHASES); a training run also its seconds per RLOO step (``step_s``) and the
+    saves it makes (``saves_latest``, ``saves_best``: train.config.save_schedule)."""
+    config = with_resolved_gpus(config, grid_name)   # gpus_per_run: the GPUs each run would take
     jobs = GridJobs({**config, "grid": grid_name})
     grid, ev = jobs.grid, jobs.eval
     gpus = jobs.ledger_gpus()
     params = {m: grid_architecture(grid, m).parameters for m in grid["models"]}
     rows = []
 
-    def add(rule: str, job: str, wall: float, n_gpus: int, step_s: float = float("nan")) -> None:
-        rows.append({"job": paths.job_id(rule, job), "rule": rule, "wall_s": wall, "gpus": n_gpus,
-                     "gpu_hours": wall * n_gpus / 3600, "step_s": step_s})
+    def add(rule: str, job: str, model: str, wall: float, n_gpus: int, step_s: float = float("nan"),
+            phases: dict | None = None, saves: tuple = (0, 0)) -> None:
+        phases = phases or {PHASE_OF_RULE[rule]: wall}
+        rows.append({"job": paths.job_id(rule, job), "rule": rule, "model": model, "wall_s": wall, "gpus": n_gpus,
+                     "gpu_hours": wall * n_gpus / 3600, "step_s": step_s,
+                     **{f"{p}_gpu_h": phases.get(p, 0.0) * n_gpus / 3600 for p in PHASES},
+                     "saves_latest": saves[0], "saves_best": saves[1]})
 
     for run in jobs.training_runs():
         t = train_seconds(jobs, config, grid_name, run, rates.scaled_to(params[run.model]))
-        add("train", run.wildcards, t["total"], gpus["train"][run.model], t["rollout_step"] + t["update_step"])
+        add("train", run.wildcards, run.model, t["total"], gpus["train"][run.model],
+            t["rollout_step"] + t["update_step"], {p: t[p] for p in TRAIN_PHASES},
+            (t["saves_latest"], t["saves_best"]))
     S = ev["cot_max_tokens"] + PREFILL_TOKENS + ev["answer_max_tokens"]
     for model, trained in jobs.evaluated_models():
         t = rates.scaled_to(params[model])
@@ -171,9 +231,9 @@ def forecast_jobs(config: dict, grid_name: str, rates: Throughput = DEFAULT) -> 
                 seconds[s] = batches * S * t.decode_s(setting_mode(s), at_once)
             if ev["one_job_per_setting"]:
                 for s, wall in seconds.items():
-                    add("evaluate", paths.eval_job(s, model, trained, b), wall, gpus["evaluate"])
+                    add("evaluate", paths.eval_job(s, model, trained, b), model, wall, gpus["evaluate"])
             else:
-                add("evaluate", paths.eval_job(paths.ALL_SETTINGS, model, trained, b), sum(seconds.values()),
+                add("evaluate", paths.eval_job(paths.ALL_SETTINGS, model, trained, b), model, sum(seconds.values()),
                     gpus["evaluate"])
         for b in jobs.ood:
             q = _questions(grid, b)
@@ -181,9 +241,9 @@ def forecast_jobs(config: dict, grid_name: str, rates: Throughput = DEFAULT) -> 
             if ev["ood_protocol"] == "generative":
                 batches, at_once = _batches(q, ev["batch_size"])
                 wall += batches * S * t.decode_s("hard", at_once)
-            add("evaluate_loglik", paths.EVAL_JOB.format(model=model, trained=trained, benchmark=b), wall,
+            add("evaluate_loglik", paths.EVAL_JOB.format(model=model, trained=trained, benchmark=b), model, wall,
                 gpus["evaluate_loglik"])
-    return pd.DataFrame(rows, columns=["job", "rule", "wall_s", "gpus", "gpu_hours", "step_s"])
+    return pd.DataFrame(rows, columns=JOB_COLUMNS)
 
 
 def by_kind(jobs: pd.DataFrame) -> pd.DataFrame:

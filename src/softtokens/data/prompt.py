@@ -35,7 +35,7 @@ PREFILL_AFTER_STOP = " \\boxed{"
 
 PREFILL_AT_LIMIT = "The final answer is: \\boxed{"
 # decode steps the prefill takes at most (PREFILL_AT_LIMIT's tokens, with room for a tokenizer that splits
-# it finely): what the memory plan (train.plan) and the rates of a step (rates.throughput) count between
+# it finely): what the memory plan (sizing.plan) and the rates of a step (rates.throughput) count between
 # the CoT budget and the answer budget
 PREFILL_TOKENS = 16
 

@@ -164,16 +164,21 @@ class Source:
     test_size: int | None = None
     gold: str = ""                      # how the gold answer (or label) is read: docs/data-and-reward.md's table
     train_size: int | None = None       # rows of the source's training split, where it has one
+    # a training set's typical question, in characters: what the cost forecast assumes a prompt holds before
+    # the data is prepared (an estimate of the order of the set's questions: short word problems, competition
+    # statements; once the data is on disk the forecast measures it: cost.forecast.prompt_tokens)
+    question_chars: int | None = None
 
 
 SOURCES: dict[str, Source] = {
     "gsm8k": Source("openai/gsm8k", "main", {"train": "train", "test": "test"}, norm_gsm8k, test_size=1319,
-                    train_size=7473, gold="text after `####`, commas removed"),
+                    train_size=7473, gold="text after `####`, commas removed", question_chars=250),
     "math": Source("DigitalLearningGmbH/MATH-lighteval", "default", {"train": "train", "test": "test"}, norm_math,
                    notes="Hendrycks MATH mirror; the original hub id was taken down", train_size=7500,
+                   question_chars=250,
                    gold="last `\\boxed{}` of `solution` (balanced braces; `\\boxed 5`, `\\fbox{}`)"),
     "deepscaler": Source("agentica-org/DeepScaleR-Preview-Dataset", None, {"train": "train"}, norm_problem_answer,
-                         train_size=40315, gold="`answer` (`$` removed)"),
+                         train_size=40315, gold="`answer` (`$` removed)", question_chars=300),
     "math500": Source("HuggingFaceH4/MATH-500", None, {"test": "test"}, norm_problem_answer, id_field="unique_id",
                       test_size=500, gold="`answer`"),
     "olympiadbench": Source("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", {"test": "train"}, norm_olympiadbench,

@@ -20,7 +20,7 @@ from softtokens.gpucheck.shape import CheckShape, Report
 @torch.no_grad()
 def check_evaluation(report: Report, model, tok, shape: CheckShape, arch, sigma: float, dev: torch.device) -> None:
     from softtokens.eval.loglik import score_rows
-    from softtokens.train.plan import eval_memory, loglik_memory
+    from softtokens.sizing.plan import eval_memory, loglik_memory
 
     sec, out = "evaluation", {"settings": {}}
     report.sections[sec] = out

@@ -30,7 +30,7 @@ def check_tokenizer(vocab: int | None):
 
 
 def architecture_config(source: str) -> dict:
-    from softtokens.train.plan import architecture_file
+    from softtokens.sizing.plan import architecture_file
 
     if source == "smoke":
         return dict(SMOKE_ARCHITECTURE)

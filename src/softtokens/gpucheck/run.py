@@ -98,7 +98,7 @@ def run_gpu_check(out: Path, config: dict, smoke: bool = False, sections: tuple[
                   modes: tuple[str, ...] = ("soft",), steps: int | None = None, repeats: int | None = None,
                   work_dir: Path | None = None, eval_cot: int | None = None, device: str | None = None,
                   speed: bool = False) -> Report:
-    from softtokens.train.plan import _from_config_json
+    from softtokens.sizing.plan import _from_config_json
 
     if speed:   # the speed profile: its sections, soft and hard, one step each, deadlines (SPEED_PLAN)
         sections, modes, steps = tuple(SPEED_PLAN), ("soft", "hard"), steps or 1

@@ -67,7 +67,7 @@ def check_shape(config: dict, smoke: bool, modes: tuple[str, ...], steps: int | 
     """The paper grid's llama-3b x math cell and its evaluation, from config.yaml (one home for
     the paper's numbers); --smoke keeps every setting but the sizes."""
     from softtokens.run.config import cell_rl
-    from softtokens.train.plan import resolve_memory
+    from softtokens.sizing.plan import resolve_memory
 
     grid = config["grids"]["paper"]
     # the check trains on this one GPU: `auto` memory settings are chosen for one process

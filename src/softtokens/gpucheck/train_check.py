@@ -66,18 +66,18 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
                 master_check: bool, speed: bool = False, deadline: float | None = None) -> None:
     from transformers import AutoModelForCausalLM
 
+    from softtokens.sizing.plan import TrainJob, train_memory
     from softtokens.train.config import TrainConfig
     from softtokens.train.loop import Trainer
-    from softtokens.train.plan import TrainJob, train_memory
     from softtokens.train.sharding import (
         full_state_dict,
         load_optimizer,
         optimizer_state_tensors,
-        save_optimizer,
+        save_optimizer_async,
     )
 
     sec = "training"
-    settings = {**shape.rl, "mode": mode, "seed": 0, "lr": shape.lr, "resume_save_minutes": 1e9,
+    settings = {**shape.rl, "mode": mode, "seed": 0, "lr": shape.lr, "resume_save_steps": 10**9,
                 # judged here against the paper grid's bounds instead of stopping the step
                 "replay_h0_gap_max": math.inf, "replay_argmax_mismatch_max": 1.0}
     cfg = TrainConfig.from_settings(settings)
@@ -141,7 +141,7 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
                  f"{flips:.4f} of CoT steps, largest gap {gap:.3f} nats", "reported")
 
     # memory: the last step beside the plan of that step (a one-step check measures the first step, before
-    # AdamW has state: train.plan's first_step; from the second step on, the steady state)
+    # AdamW has state: sizing.plan's first_step; from the second step on, the steady state)
     job = TrainJob(processes=trainer.dp.world, rows=shape.rows, micro_batch=cfg.micro_batch_size,
                    prompt_tokens=prompt_len, cot_tokens=cfg.cot_max_tokens, answer_tokens=cfg.answer_max_tokens,
                    continuous=mode != "hard", param_dtype=cfg.param_dtype, compute_dtype=cfg.compute_dtype,
@@ -192,6 +192,8 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
         # the checkpoint a run writes, loaded the way a user loads it
         t0 = time.perf_counter()
         trainer.save("best", len(steps), with_optimizer=False)
+        result["seconds_save_blocking"] = round(time.perf_counter() - t0, 2)   # staged; written in the background
+        trainer.store.wait()
         saved = trainer.store.best_dir(len(steps))
         result["seconds_save"] = round(time.perf_counter() - t0, 1)
         if trainer.dp.is_main:
@@ -214,7 +216,7 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
         # the sharded AdamW state: saved and loaded back with torch.distributed.checkpoint
         t0 = time.perf_counter()
         path = state_dir / "optimizer-check"
-        save_optimizer(trainer.policy, trainer.opt, path)
+        save_optimizer_async(trainer.policy, trainer.opt, path, trainer.dp.save_group).result()
         kept = [t.detach().clone() for t in optimizer_state_tensors(trainer.opt)[:4]]
         for t in optimizer_state_tensors(trainer.opt)[:4]:
             t.zero_()

@@ -28,6 +28,9 @@ from dataclasses import dataclass, replace
 from softtokens.data.prompt import PREFILL_TOKENS
 from softtokens.run.names import CONTINUOUS_MODES, MODES, setting_mode
 
+# host memory a save's state is copied to per second (pageable copies on an H100 node; a stated value: no
+# gpu-check measures the staging yet): what an asynchronous save costs the run it blocks
+STAGING_GBPS = 10.0
 # the paper's RLOO step replays every row's prompt and steps: forward and backward are 2 + 4 FLOPs per
 # parameter and token; activation checkpointing runs the forward again
 FLOPS_PER_PARAM_TOKEN = {False: 6.0, True: 8.0}
@@ -75,6 +78,14 @@ class Throughput:
     parameters: float
     source: str
     update_fixed_s: float = 0.0     # seconds per micro-batch besides its FLOPs
+    staging_GBps: float = STAGING_GBPS   # host copies of a save's state (the part that blocks the run)
+
+    def stage_s(self, processes: int, optimizer: bool) -> float:
+        """Seconds a save blocks its run: the consolidated float32 weights gathered to host memory on every
+        process (4 bytes a parameter), and with ``optimizer`` each process's AdamW shard (8 bytes a parameter
+        over the processes), at ``staging_GBps``; the files are written in the background (train.resume)."""
+        staged = 4 * self.parameters + (8 * self.parameters / processes if optimizer else 0.0)
+        return staged / (self.staging_GBps * 1e9)
 
     def scaled_to(self, parameters: float) -> "Throughput":
         f = parameters / self.parameters
@@ -180,7 +191,7 @@ def throughput_from_gpu_check(report: dict, source: str = "", earlier: dict | No
     params = float(report["parameters"])
     reports = [report] + ([earlier] if earlier else [])
     fixed = micro_batch_cost(*reports) or 0.0
-    update, borrowed, saves = {}, [], []
+    update, borrowed, saves, staging = {}, [], [], []
     for r in reports:
         for mode, (seconds, tokens, micro) in update_measurements(r).items():
             if mode in update:
@@ -191,6 +202,8 @@ def throughput_from_gpu_check(report: dict, source: str = "", earlier: dict | No
         for m in ((r.get("sections") or {}).get("training") or {}).get("modes", {}).values():
             if "seconds_save" in m:
                 saves.append((m["seconds_save"], m.get("seconds_optimizer_round_trip", 0.0)))
+            if m.get("seconds_save_blocking") and r is report:   # the staging of a weights-only save, measured
+                staging.append(4 * float(r["parameters"]) / m["seconds_save_blocking"] / 1e9)
     from_default, twins = [], []
     for mode in MODES:   # soft and fuzzy replay through one code path: a mode not measured takes its twin's rate
         twin = next((m for m in CONTINUOUS_MODES if m in update), None) if mode in CONTINUOUS_MODES else None
@@ -200,6 +213,9 @@ def throughput_from_gpu_check(report: dict, source: str = "", earlier: dict | No
         elif mode not in update:
             update[mode] = fallback.update[mode]
             from_default.append(f"{mode} training")
+    staging_GBps = min(staging) if staging else fallback.staging_GBps
+    if not staging:
+        from_default.append("the staging of a save")
     if saves:
         save_s, resume_save_s = saves[0][0], saves[0][0] + saves[0][1] / 2
     else:
@@ -236,19 +252,53 @@ def throughput_from_gpu_check(report: dict, source: str = "", earlier: dict | No
     return Throughput(decode=decode, update=update,
                       update_checkpointing=bool(shape.get("activation_checkpointing", False)),
                       loglik_rows=loglik_rows, save_s=save_s, resume_save_s=resume_save_s, parameters=params,
-                      source=name, update_fixed_s=fixed)
+                      source=name, update_fixed_s=fixed, staging_GBps=staging_GBps)
+
+
+def with_update_from(rates: Throughput, report: dict, fixed_s: float | None = None) -> Throughput:
+    """``rates`` with its update rates refit from a newer measurement of the update alone (``report``: a
+    gpu-check training section, e.g. the fused-AdamW run at `auto`'s micro-batch), its device named; the cost
+    of a micro-batch ``fixed_s`` (default: ``rates``') taken off before the FLOP rate. A mode whose update ran
+    slower than a mode that replays more (soft and fuzzy replay the mixture hard does not) on the same shape
+    takes that mode's rate: its first step paid what a run's later steps do not."""
+    fixed = rates.update_fixed_s if fixed_s is None else fixed_s
+    params = float(report["parameters"])
+    measured = {mode: tokens * params / max(seconds - micro * fixed, 1e-9)
+                for mode, (seconds, tokens, micro) in update_measurements(report).items()}
+    update, notes = dict(rates.update), []
+    for mode, rate in measured.items():
+        update[mode] = rate
+    slowest_continuous = min((measured[m] for m in CONTINUOUS_MODES if m in measured), default=None)
+    if "hard" in measured and slowest_continuous is not None and measured["hard"] < slowest_continuous:
+        update["hard"] = slowest_continuous
+        notes.append("hard's update (slower than soft's on the same shape) at soft's rate")
+    for mode in CONTINUOUS_MODES:   # one code path: a mode not measured takes its twin's
+        if mode not in measured and any(m in measured for m in CONTINUOUS_MODES):
+            update[mode] = next(measured[m] for m in CONTINUOUS_MODES if m in measured)
+    micro = sorted({m for _, _, m in update_measurements(report).values()})
+    size = report.get("shape", {}).get("micro_batch_size")
+    source = (rates.source + f"; update refit from {report['device']['name']} {report['date'][:10]} "
+              f"(micro-batch {size}, {micro} micro-batches, {report.get('optimizer', 'fused')} AdamW)"
+              + (f"; {', '.join(notes)}" if notes else ""))
+    return replace(rates, update=update, update_fixed_s=fixed, source=source)
 
 
 # the newest H100 gpu-check, benchmarks/results/gpu_check_h100_2026-11-26.json (10c3a31), with the earlier one
 # (gpu_check_h100.json, 2026-11-24) for hard training, which the newer did not finish, and for the cost of a
-# micro-batch (both measured soft and fuzzy, at 8 and at 32 micro-batches a step): tests/test_forecast.py
-# derives these numbers from the two files
-DEFAULT_FILES = ("benchmarks/results/gpu_check_h100_2026-11-26.json", "benchmarks/results/gpu_check_h100.json")
+# micro-batch (both measured soft and fuzzy, at 8 and at 32 micro-batches a step); then the update alone refit
+# (with_update_from) from the newest measurement at `auto`'s micro-batch: the H200 run of fused AdamW at
+# micro-batch 16 (update_mb16_fused_adamw_h200_2026-11-26.json, 4.09 s for soft's update of 44,544 tokens), taken
+# as an H100's until a gpu-check on one measures it (an H200's HBM is faster; the update is compute-bound, and
+# the two share the chip). tests/test_forecast.py derives these numbers from the three files
+DEFAULT_FILES = ("benchmarks/results/gpu_check_h100_2026-11-26.json", "benchmarks/results/gpu_check_h100.json",
+                 "benchmarks/results/update_mb16_fused_adamw_h200_2026-11-26.json")
 DEFAULT = Throughput(
     decode={"hard": DecodeCurve(0.0046532, 4.2606e-05), "soft": DecodeCurve(0.004474, 4.4751e-05),
             "fuzzy": DecodeCurve(0.0049292, 4.366e-05)},
-    update={"soft": 1.7783e13, "fuzzy": 2.1159e13, "hard": 4.1777e13}, update_checkpointing=True,
+    update={"soft": 4.9070e13, "fuzzy": 4.9070e13, "hard": 4.9070e13}, update_checkpointing=True,
     loglik_rows=50.794, save_s=20.6, resume_save_s=54.95, parameters=3212749824.0, update_fixed_s=0.2939,
     source="gpu-check 2026-11-26 on NVIDIA H100 80GB HBM3 (meta-llama/Llama-3.2-3B-Instruct, bfloat16): "
            "benchmarks/results/gpu_check_h100_2026-11-26.json; hard training from gpu-check 2026-11-24 "
-           "(gpu_check_h100.json); 0.294 s per micro-batch")
+           "(gpu_check_h100.json); 0.294 s per micro-batch; update refit from NVIDIA H200 2026-11-26 (micro-batch "
+           "16, fused AdamW: update_mb16_fused_adamw_h200_2026-11-26.json); hard's update (slower than soft's on "
+           "the same shape: its first step) at soft's rate")

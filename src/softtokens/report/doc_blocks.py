@@ -85,12 +85,12 @@ def paper_plan_block(root: Path) -> str:
 
 
 def paper_memory_plan_block(root: Path) -> str:
-    """`softtokens plan --grid paper`'s memory table (train.plan: architecture numbers, `auto` resolved)."""
+    """`softtokens plan --grid paper`'s memory table (sizing.plan: architecture numbers, `auto` resolved)."""
     import yaml
 
     from softtokens.data.sources import loader_kind
     from softtokens.run.config import check_config
-    from softtokens.train.plan import grid_plan, plan_table
+    from softtokens.sizing.plan import grid_plan, plan_table
 
     config = yaml.safe_load((root / "config.yaml").read_text())
     check_config(config, loader_kind)

@@ -167,10 +167,10 @@ def _rule_costs(jobs: pd.DataFrame) -> pd.DataFrame:
 
 
 def toy_parameters(settings: dict) -> str:
-    """The toy base's size in words (train.plan reads it off the grid's toy_base settings)."""
+    """The toy base's size in words (sizing.plan reads it off the grid's toy_base settings)."""
     config, grid = settings.get("config"), settings.get("grid")
     try:
-        from softtokens.train.plan import toy_architecture
+        from softtokens.sizing.plan import toy_architecture
 
         n = toy_architecture(config["grids"][grid]["toy_base"]).parameters
     except (KeyError, TypeError):

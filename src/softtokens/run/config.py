@@ -205,7 +205,8 @@ def validate_schema(config: dict, config_files: Iterable[str | Path] = ()) -> No
 
 # what a grid with `reuse: X` inherits from grid X (each may be overridden; `evaluation` and `rl`
 # key by key); `training` and `ablation_tables` are the grid's own
-INHERITED = ("results", "models", "datasets", "toy_base", "memory_plan", "resources", "rl", "evaluation")
+INHERITED = ("results", "models", "gpus_per_run", "datasets", "toy_base", "memory_plan", "resources", "rl",
+             "evaluation")
 MERGED = ("rl", "evaluation", "resources")
 
 

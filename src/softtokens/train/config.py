@@ -23,9 +23,27 @@ LOGIT_CHUNK_STEPS = 64
 LOGIT_CHUNK_TOKENS = 1024
 
 
+def resume_save_due(done: int, steps: int, val_every: int, resume_save_steps: int) -> tuple[bool, bool]:
+    """(validate, save the resume state) after step ``done``: every validation step saves, and every
+    resume_save_steps-th step. One rule for the loop (train.loop) and the forecast (cost.forecast), so the
+    forecast counts the saves the loop makes (not a timer that restarts at every save)."""
+    validate = done % val_every == 0 or done == steps
+    return validate, validate or done % resume_save_steps == 0
+
+
+def save_schedule(steps: int, val_every: int, resume_save_steps: int, improvements: int | None = None) -> dict:
+    """How many saves of each kind a run of ``steps`` makes (resume_save_due): ``latest`` (the resume state),
+    ``best`` (at most one per validation of a trained step: written only when it improves; ``improvements``,
+    where known, says how often it did), ``validations`` (the base's at step 0 included)."""
+    latest = sum(resume_save_due(d, steps, val_every, resume_save_steps)[1] for d in range(1, steps + 1))
+    validations = 1 + sum(resume_save_due(d, steps, val_every, resume_save_steps)[0] for d in range(1, steps + 1))
+    return {"latest": latest, "best": validations - 1 if improvements is None else improvements,
+            "validations": validations}
+
+
 # vocabulary rows per weight-gradient GEMM of the fused head (train.head_loss): the (V x d) float32 product of
 # a float32 gradient is made a tile at a time into the running sum, so its transients (the GEMM's output over
-# the operand and its bf16 remainder, and their sum: 3 x tile x d x 4 bytes, counted by train.plan) replace the
+# the operand and its bf16 remainder, and their sum: 3 x tile x d x 4 bytes, counted by sizing.plan) replace the
 # (2V x d) + (V x d) a whole product made beside the sum (5.3 GB hard, 8.4 GB soft at V 128,256 x d 3,072)
 HEAD_TILE_ROWS = 8192
 
@@ -80,7 +98,7 @@ class TrainConfig:
     replay_argmax_mismatch_max: float
     replay_logit_tolerance: float      # nats; a flip within it is bf16 noise, not a mismatch
     gaussian_normalization: str        # "sum": the paper's log-density; "mean_dim": divided by d
-    resume_save_minutes: float         # also save the resume state this often (0: after every step)
+    resume_save_steps: int             # also save the resume state after every this many steps (1: every step)
     grading_timeout_s: float           # per graded answer; past it the answer is wrong
 
     @classmethod
@@ -95,7 +113,7 @@ class TrainConfig:
         auto = [k for k in ("micro_batch_size", "activation_checkpointing") if settings.get(k) == "auto"]
         if auto:
             raise ValueError(f"{', '.join(auto)}: auto is chosen by the memory plan when the workflow resolves a run's "
-                             "settings (train.plan.resolve_memory); a run is given the number")
+                             "settings (sizing.plan.resolve_memory); a run is given the number")
         missing = sorted(known - set(settings))
         if missing:
             raise ValueError(f"training settings lack {', '.join(missing)} (the workflow resolves every key of "

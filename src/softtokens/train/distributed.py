@@ -43,6 +43,10 @@ class DataParallel:
         self.rank = dist.get_rank()
         self.is_main = self.rank == 0
         self.mesh = init_device_mesh(self.device.type, (self.world,))
+        # a group of its own for the background saves' collectives (train.resume: dcp.async_save plans and
+        # finishes in a thread while training runs collectives on the default group, which two threads may not
+        # share); gloo, so a save's host-side coordination never waits behind NCCL kernels
+        self.save_group = dist.new_group(backend="gloo")
 
     def _block(self, rank: int, n: int) -> slice:
         per, extra = divmod(n, self.world)

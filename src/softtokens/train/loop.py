@@ -27,7 +27,7 @@ from softtokens.model.scale import EmbeddingScale, noise_scale
 from softtokens.reward.grader import reward_of_grade
 from softtokens.reward.pool import GradingPool
 from softtokens.train.clipping import clip_gradients
-from softtokens.train.config import TrainConfig, lr_lambda, noise_record
+from softtokens.train.config import TrainConfig, lr_lambda, noise_record, resume_save_due
 from softtokens.train.distributed import DataParallel
 from softtokens.train.optimizer import adamw
 from softtokens.train.resume import ResumeStore, StopSignals
@@ -96,7 +96,6 @@ class Trainer:
         self.best_step = saved.best_step if saved else None  # the step the best checkpoint holds
         if saved:
             self.store.load_optimizer(self.policy, self.opt, self.sched)
-        self.last_save = time.time()
         self.telemetry = Telemetry(self.store.tensorboard, run_name, logging or {}, dataclasses.asdict(cfg),
                                    self.start_step, enabled=logging is not None and self.dp.is_main)
 
@@ -181,7 +180,6 @@ class Trainer:
         optimizer = (self.opt, self.sched) if with_optimizer else (None, None)
         self.store.save(name, state, self.policy, self.tokenizer, *optimizer)
         self.telemetry.flush()  # what a watcher sees is at least what a resume would keep
-        self.last_save = time.time()
 
     def log(self, row: dict) -> None:
         self.metrics.append(row)
@@ -207,7 +205,7 @@ class Trainer:
         if self.store.recovered:  # the newest save was damaged: what the run resumed from instead, in its metrics
             self.metrics.append({"kind": "resume", "step": self.start_step, **self.store.recovered})
             self.store.log(self.metrics[-1])
-        with StopSignals() as signals:
+        with StopSignals() as signals, self.store.settling():   # a failure leaves with the save in flight on disk
             if self.start_step == 0:
                 self.validate_and_keep_best(0)
             bar = tqdm(range(self.start_step, self.cfg.steps), desc=f"RLOO {self.cfg.mode} seed {self.cfg.seed}",
@@ -220,15 +218,16 @@ class Trainer:
                 self.after_step(step + 1, signals.received)
 
     def after_step(self, done: int, received: str | None) -> None:
-        """Validate and save when due; on a stop signal, save and stop. Every process agrees on a
-        signal or a due time-interval save (each may see its own)."""
-        due = time.time() - self.last_save >= 60 * self.cfg.resume_save_minutes
-        stop, due = (v > 0 for v in self.dp.sum([float(received is not None), float(due)]))
-        if done % self.cfg.val_every == 0 or done == self.cfg.steps:
+        """Validate and save when due (train.config.resume_save_due: a count of steps, so the forecast counts
+        the saves); on a stop signal, save and stop. Every process agrees on a signal (each may see its own)."""
+        validate, due = resume_save_due(done, self.cfg.steps, self.cfg.val_every, self.cfg.resume_save_steps)
+        (stop,) = (v > 0 for v in self.dp.sum([float(received is not None)]))
+        if validate:
             self.validate_and_keep_best(done)
+        if due or stop:
             self.save("latest", done, with_optimizer=True)
-        elif due or stop:
-            self.save("latest", done, with_optimizer=True)
+        if stop:
+            self.store.wait()   # the save in flight complete before the process exits
         if stop and done < self.cfg.steps:
             raise Interrupted(f"{received or 'a stop signal'} received: resume state saved at step {done} of "
                               f"{self.cfg.steps}; exiting so that the retry or requeue resumes from it")
@@ -236,6 +235,7 @@ class Trainer:
     def finish(self, checkpoints_dir: Path, metrics_path: Path, tensorboard_dir: Path | None = None) -> None:
         """Move the final checkpoints into the declared outputs and drop the resume state."""
         self.telemetry.close()
+        self.store.wait()   # every process's part of the last saves written
         if self.dp.is_main:
             self.store.finish(Path(checkpoints_dir), metrics_path, self.metrics, tensorboard_dir)
         self.close()

@@ -4,7 +4,7 @@ Why: the default (multi-tensor, "foreach") AdamW allocates a full-size float32 t
 parameters in step(): 12.85 GB for a 3.2B model, the update's largest transient on an H100 (docs/gpu.md),
 which forced 2-row micro-batches on one 80 GB GPU. The fused kernels (CUDA, and the CPU in recent torch)
 compute the same update without it (tests/test_optimizer.py holds the two equal). The implementation
-used is what the memory plan counts (train.plan.OPTIMIZER_TEMPORARIES) and what a run's log says.
+used is what the memory plan counts (sizing.plan.OPTIMIZER_TEMPORARIES) and what a run's log says.
 """
 
 from __future__ import annotations

@@ -6,9 +6,11 @@ is removed. Each attempt of the run is logged beside it (``attempts.jsonl``).
 
 What is in it, and why each piece survives a kill or a power loss at any instant:
 - ``latest/`` and ``previous/``: the two newest complete saves (weights, sharded AdamW state,
-  schedule). A save is written to ``.latest.tmp``, fsync'd file by file, its manifest
-  (``trainer_state.json``: every file's size and sha256, model.checkpoint) written last and fsync'd,
-  then ``latest`` becomes ``previous`` and the new one ``latest`` (each rename fsync'd);
+  schedule). A save blocks training only while its state is copied to host memory; a background
+  thread (train.saving.SaveWriter) then writes it to ``.latest.tmp``, fsync'd file by file, its manifest
+  (``trainer_state.json``: every file's size and sha256, model.checkpoint) last and fsync'd, and
+  only then makes ``latest`` ``previous`` and the new one ``latest`` (each rename fsync'd). A kill
+  while it writes leaves the two complete saves as they were;
 - ``best-stepN/``: the best checkpoint so far, written once per improvement the same way; a save names
   the one it goes with (``best_step``), so falling back to ``previous`` falls back to its best too;
 - ``metrics.jsonl``: one row per step, appended; a last line cut off mid-write is removed on resume,
@@ -26,6 +28,7 @@ import signal
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -35,16 +38,12 @@ from softtokens.run.files import (
     atomic_dir,
     cut_partial_tail,
     fsync_path,
-    fsync_tree,
     read_jsonl,
     write_jsonl,
 )
 from softtokens.run.paths import ATTEMPTS, TENSORBOARD
-from softtokens.train.sharding import (
-    load_optimizer,
-    save_optimizer,
-    save_pretrained_consolidated,
-)
+from softtokens.train.saving import SaveWriter
+from softtokens.train.sharding import load_optimizer
 
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1")  # SLURM's time-limit warning, a preemption, scancel
 GENERATIONS = ("latest", "previous")   # the complete saves kept, newest first
@@ -58,6 +57,7 @@ class ResumeStore:
         self.dir, self.dp = Path(state_dir), dp
         self.latest, self.previous = (self.dir / g for g in GENERATIONS)
         self.recovered: dict | None = None
+        self.writer = SaveWriter(self)
         if self.dp.is_main:
             warning = cut_partial_tail(self.dir / "metrics.jsonl")
             if warning:
@@ -91,6 +91,11 @@ class ResumeStore:
         where it would have). Only the main process looks and moves; the others wait."""
         self.dp.barrier()
         if self.dp.is_main:
+            if not self.latest.exists() and self.previous.exists():   # killed between _rotate's two renames
+                os.replace(self.previous, self.latest)
+                fsync_path(self.dir)
+                print(f"resume state: {self.latest} was being replaced when the run stopped; resuming from the "
+                      "save before it", flush=True)
             damaged = [(g, p) for g in (self.latest, self.previous) if g.exists()
                        for p in [self._problem(g)] if p]
             usable = [g for g in (self.latest, self.previous) if g.exists() and g not in dict(damaged)]
@@ -111,10 +116,10 @@ class ResumeStore:
                 self.recovered = {"state": "previous", "reason": damaged[0][1], "aside": str(aside), "step": step}
                 print(f"WARNING: resume state at {damaged[0][0]} not used ({damaged[0][1]}); moved to {aside}; "
                       f"falling back to the previous complete save (step {step})", flush=True)
-            self._drop_unreferenced_best()
+            self.drop_unreferenced_best()
         self.dp.barrier()
 
-    def _drop_unreferenced_best(self) -> None:
+    def drop_unreferenced_best(self) -> None:
         """Best checkpoints no kept save goes with (written after the last complete save, or left by a
         save that was replaced): a resumed run writes them again when it gets there."""
         keep = {self.best_of(TrainerState.read(g)) for g in (self.latest, self.previous) if TrainerState.exists(g)}
@@ -148,42 +153,30 @@ class ResumeStore:
     # ------------------------------------------------------------ checkpoints
     def save(self, name: str, state: TrainerState, policy, tokenizer, opt=None, sched=None) -> None:
         """A consolidated ``save_pretrained`` directory of the master weights (loads with plain
-        from_pretrained), and with ``opt`` the sharded AdamW state and the schedule, for resume.
-        Every process takes part (the gathers are collective); the main process writes all but the
-        optimizer shards into a temporary directory, fsyncs it, writes the manifest last, and puts it
-        in place: ``latest`` (the one before it becomes ``previous``) or ``best`` (as best-stepN)."""
-        final = self.latest if name == "latest" else self.best_dir(state.step)
-        tmp = self.dir / f".{name}.tmp"
-        if self.dp.is_main:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        self.dp.barrier()
-        save_pretrained_consolidated(policy, tmp, self.dp.is_main)
-        if opt is not None:
-            save_optimizer(policy, opt, tmp / "optimizer")
-        if self.dp.is_main:
-            tokenizer.save_pretrained(tmp)
-            if sched is not None:
-                torch.save(sched.state_dict(), tmp / "scheduler.pt")
-            fsync_tree(tmp)
-            state.write(tmp, durable=True)  # last, with every other file's size and sha256 (model.checkpoint)
-            if name == "latest":
-                self._rotate(tmp)
-            else:
-                shutil.rmtree(final, ignore_errors=True)
-                os.replace(tmp, final)
-                fsync_path(self.dir)
-        self.dp.barrier()
+        from_pretrained), and with ``opt`` the sharded AdamW state and the schedule, for resume: ``latest``
+        (the one before it becomes ``previous``) or ``best`` (as best-stepN). Every process takes part and
+        returns once its part is in host memory; the files are written in the background (train.saving:
+        ``wait`` until they are)."""
+        self.writer.save(name, state, policy, tokenizer, opt, sched)
 
-    def _rotate(self, tmp: Path) -> None:
-        """``latest`` -> ``previous``, the new save -> ``latest``: at every instant a complete save is
-        under one of the two names (a crash between the renames leaves ``previous`` and the new one aside)."""
-        if self.latest.exists():
-            shutil.rmtree(self.previous, ignore_errors=True)
-            os.replace(self.latest, self.previous)
-        os.replace(tmp, self.latest)
-        fsync_path(self.dir)
-        self._drop_unreferenced_best()
+    def wait(self) -> None:
+        """Until every save in flight is complete and in place; a save that failed raises here (the saves
+        before it stand: the run resumes from the last complete one)."""
+        self.writer.wait()
+
+    @contextmanager
+    def settling(self):
+        """Around a run: on its way out through an exception, the save in flight completes first, and that
+        save's own failure is printed instead of hiding the one the run is failing with."""
+        try:
+            yield
+        except BaseException:
+            try:
+                self.wait()
+            except Exception as e:  # noqa: BLE001 - reported, the run's own exception goes on
+                print(f"WARNING: the save in flight failed too ({type(e).__name__}: {e}); the resume state is the "
+                      f"last complete save, {self.latest}", flush=True)
+            raise
 
     def load_optimizer(self, policy, opt, sched) -> None:
         load_optimizer(policy, opt, self.latest / "optimizer")
@@ -198,6 +191,7 @@ class ResumeStore:
                tensorboard_dir: Path | None = None) -> None:
         """Move the final checkpoints (and the event files) into the declared outputs and drop the
         resume state (the previous save with it)."""
+        self.wait()
         if tensorboard_dir is not None:
             with atomic_dir(tensorboard_dir) as tmp:
                 if self.tensorboard.is_dir():

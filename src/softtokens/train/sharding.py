@@ -116,21 +116,50 @@ def full_state_dict(policy: ReplayPolicy) -> dict[str, torch.Tensor]:
     return {k.removeprefix("lm."): v for k, v in sd.items() if k.removeprefix("lm.") in keep}
 
 
-def save_pretrained_consolidated(policy: ReplayPolicy, out: Path, is_main: bool) -> None:
-    """A ``save_pretrained`` directory of the master weights that plain
-    ``AutoModelForCausalLM.from_pretrained`` loads; collective, the main process writes."""
-    sd = full_state_dict(policy)
-    if is_main:
-        policy.lm.save_pretrained(out, state_dict=sd)
+def staged_weights(policy: ReplayPolicy) -> dict[str, torch.Tensor]:
+    """The consolidated master weights as a snapshot in host memory that training may run on from
+    (collective; see full_state_dict): a gathered tensor that still shares storage with a live parameter (a
+    group of one on CPU hands back the parameter itself) is copied, so a background write cannot see a
+    later step's values."""
+    from torch.distributed.tensor import DTensor
+
+    live = {(t.to_local() if isinstance(t, DTensor) else t).untyped_storage().data_ptr()
+            for t in [*policy.parameters(), *policy.buffers()]}
+    return {k: v.clone() if v.untyped_storage().data_ptr() in live else v for k, v in full_state_dict(policy).items()}
 
 
-def save_optimizer(policy: ReplayPolicy, opt, out: Path) -> None:
-    """AdamW state as a torch.distributed.checkpoint directory: each process writes its shards
-    (collective); it loads back on any number of processes."""
+def checkpoint_shell(policy: ReplayPolicy, dtype: torch.dtype = torch.float32):
+    """The policy's model class and config with no storage (meta device) in the master weights' dtype: what
+    ``save_pretrained`` reads besides the weights (config, generation config, dtype, tied names), so that a
+    background write never looks at the live model (FSDP swaps its parameters for bf16 gathered ones in every
+    forward). Built in the main thread."""
+    import copy
+
+    lm = policy.lm
+    with torch.device("meta"):
+        shell = type(lm)(copy.deepcopy(lm.config)).to(dtype)
+    shell.generation_config = copy.deepcopy(lm.generation_config)
+    return shell
+
+
+def write_pretrained(shell, weights: dict[str, torch.Tensor], out: Path) -> None:
+    """A ``save_pretrained`` directory of staged weights that plain ``AutoModelForCausalLM.from_pretrained``
+    loads, written through ``checkpoint_shell`` (safe beside training)."""
+    shell.save_pretrained(out, state_dict=dict(weights))   # a copy: save_pretrained takes entries out of the dict
+    if not any(out.glob("*.safetensors")):
+        raise RuntimeError(f"save_pretrained wrote no weights to {out}")
+
+
+def save_optimizer_async(policy: ReplayPolicy, opt, out: Path, group):
+    """AdamW state as a torch.distributed.checkpoint directory, each process writing its shards in the
+    background (``dcp.async_save``: the state is copied to host memory before it returns, so the next
+    ``opt.step()`` cannot reach the files); collective over ``group``; it loads back on any number of
+    processes. Returns the future of the write (the checkpoint is complete when it is done on every process)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    dcp.save({"optimizer": get_optimizer_state_dict(policy, opt)}, checkpoint_id=str(out))
+    return dcp.async_save({"optimizer": get_optimizer_state_dict(policy, opt)}, checkpoint_id=str(out),
+                          process_group=group)
 
 
 def load_optimizer(policy: ReplayPolicy, opt, path: Path) -> None:

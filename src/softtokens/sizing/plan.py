@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from softtokens.data.prompt import PREFILL_TOKENS
 from softtokens.run.config import EVAL_DEFAULTS, cell_rl, resolved_rl
 from softtokens.run.jobs import train_processes
-from softtokens.train.architecture import (  # noqa: F401  (the plan's public names: tests and gpu-check read them here)
+from softtokens.sizing.architecture import (  # noqa: F401  (the plan's public names: tests and gpu-check read them here)
     ARCHITECTURES,
     DECODER_DEFAULTS,
     Architecture,
@@ -205,7 +205,7 @@ MIN_FAST_MICRO_BATCH = 4
 AUTO_HEADROOM = 1.05
 
 
-def _train_job(grid: dict, model: str, rl: dict, prompt: int, continuous: bool, micro_batch: int,
+def train_job_for(grid: dict, model: str, rl: dict, prompt: int, continuous: bool, micro_batch: int,
                checkpointing: bool) -> TrainJob:
     return TrainJob(processes=train_processes(grid, model), rows=rl["prompts_per_step"] * rl["samples_per_prompt"],
                     micro_batch=micro_batch, prompt_tokens=prompt, cot_tokens=rl["cot_max_tokens"],
@@ -241,7 +241,7 @@ def resolve_memory(config: dict, grid_name: str, model: str, rl: dict, continuou
     budget = USABLE_SHARE * gpu_gb * GB / AUTO_HEADROOM
     chosen = candidates[-1]  # nothing fits: the smallest, which check_plan then reports
     for ac, m in candidates:
-        if train_memory(arch, _train_job(grid, model, rl, prompt, continuous, m, ac))["peak"] <= budget:
+        if train_memory(arch, train_job_for(grid, model, rl, prompt, continuous, m, ac))["peak"] <= budget:
             chosen = (ac, m)
             break
     out["activation_checkpointing"], out["micro_batch_size"] = chosen
@@ -266,7 +266,7 @@ def grid_plan(config: dict, grid_name: str) -> list[dict]:
         continuous = bool(set(cell["modes"]) - {"hard"})
         rl = resolve_memory(config, grid_name, model, cell_rl(config, grid_name, model, dataset), continuous)
         arch = grid_architecture(grid, model)
-        job = _train_job(grid, model, rl, prompt, continuous, rl["micro_batch_size"], bool(rl["activation_checkpointing"]))
+        job = train_job_for(grid, model, rl, prompt, continuous, rl["micro_batch_size"], bool(rl["activation_checkpointing"]))
         rows.append({"job": f"train {model}/{dataset}", "gpus": job.processes, "parameters": arch.parameters,
                      "setting": f"B*G {job.rows}, micro-batch {job.micro_batch}, CoT {job.cot_tokens}"
                                 f"{', checkpointing' if job.checkpointing else ''}",

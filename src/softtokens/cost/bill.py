@@ -1,0 +1,142 @@
+"""The bill of a grid as whoever pays for the allocation reads it: GPU-hours by model and phase (rollout,
+update, validation, saves, evaluation, log-likelihood), beside the paper's stated budget, and which of the
+choices a lab can make without touching the paper's maths moves it most (the GPUs a run takes, how often the
+resume state is saved). `softtokens plan` prints it; `plan --json` returns it as one object."""
+
+from __future__ import annotations
+
+import copy
+
+import pandas as pd
+
+from softtokens.cost.forecast import (
+    PAPER_COST,
+    PHASES,
+    Throughput,
+    forecast_jobs,
+)
+from softtokens.rates.throughput import DEFAULT, DEFAULT_FILES
+from softtokens.run.config import cell_rl
+from softtokens.run.jobs import GridJobs
+from softtokens.sizing.gpus import resolve_gpus
+
+# the choices the bill is recomputed under (each on its own, the rest as the grid sets them): the GPUs of a
+# training run (sizing.gpus.resolve_gpus) and the resume-save interval in steps (train.config.save_schedule)
+GPU_CHOICES = ("auto", "paper", 8)
+SAVE_STEP_CHOICES = (1, 10, 25, 100)
+
+
+def bill(jobs: pd.DataFrame) -> pd.DataFrame:
+    """GPU-hours by model (rows, then ``total``) and phase (PHASES columns, then ``total``)."""
+    cols = [f"{p}_gpu_h" for p in PHASES]
+    out = jobs.groupby("model", sort=True)[cols].sum()
+    out.columns = list(PHASES)
+    out.loc["total"] = out.sum()
+    out["total"] = out.sum(axis=1)
+    return out
+
+
+def _with(config: dict, grid_name: str, **grid_keys) -> dict:
+    out = copy.deepcopy(config)
+    grid = out["grids"][grid_name]
+    for key, value in grid_keys.items():
+        if key == "resume_save_steps":
+            grid["rl"] = {**grid.get("rl", {}), key: value}
+            for cell in grid["training"]:
+                if "resume_save_steps" in cell.get("rl", {}):
+                    cell["rl"]["resume_save_steps"] = value
+        else:
+            grid[key] = value
+    return out
+
+
+def levers(config: dict, grid_name: str, rates: Throughput) -> list[dict]:
+    """Per choice: the grid's GPU-hours under each of its values (the rest as set), and its spread."""
+    grid = config["grids"][grid_name]
+    now = {"gpus_per_run": grid.get("gpus_per_run", "paper"),
+           "resume_save_steps": (grid.get("rl") or {}).get("resume_save_steps", config.get("rl", {}).get(
+               "resume_save_steps", 25))}
+    out = []
+    for key, values in (("gpus_per_run", GPU_CHOICES), ("resume_save_steps", SAVE_STEP_CHOICES)):
+        totals = {str(v): float(forecast_jobs(_with(config, grid_name, **{key: v}), grid_name, rates).gpu_hours.sum())
+                  for v in values}
+        out.append({"choice": key, "now": str(now[key]), "gpu_hours": totals,
+                    "spread": max(totals.values()) - min(totals.values())})
+    return sorted(out, key=lambda d: -d["spread"])
+
+
+def paper_budget(steps: list[int]) -> dict:
+    """The paper's stated training cost for runs of ``steps`` RLOO steps each: its 4,000-step runs' hours
+    at its per-step time (like for like where a grid's runs are shorter)."""
+    lo, hi = PAPER_COST["hours_per_run"]
+    gpus, full = PAPER_COST["gpus_per_run"], PAPER_COST["steps_per_run"]
+    share = sum(steps) / full
+    return {"runs": len(steps), "gpus_per_run": gpus, "hours_per_run": [lo, hi], "steps_per_run": full,
+            "gpu_hours": [share * lo * gpus, share * hi * gpus], "where": PAPER_COST["where"],
+            "counts": "training runs end to end (the paper states no evaluation cost)"
+                      + ("" if set(steps) <= {full} else f", at its per-step time for this grid's "
+                         f"{', '.join(f'{n:,}' for n in sorted(set(steps)))}-step runs")}
+
+
+def run_steps(config: dict, grid_name: str) -> list[int]:
+    jobs = GridJobs({**config, "grid": grid_name})
+    return [cell_rl(config, grid_name, r.model, r.dataset, r.variant)["steps"] for r in jobs.training_runs()]
+
+
+def measurements(rates: Throughput) -> list[str]:
+    """The committed files the rates were read from (the default's), or the report given (--throughput)."""
+    return list(DEFAULT_FILES) if rates is DEFAULT else [rates.source]
+
+
+def bill_json(config: dict, grid_name: str, rates: Throughput) -> dict:
+    """What `plan --json` prints: the total, the bill, the GPUs each model's runs take and why, the saves a
+    run makes, the rates and the files they come from, the paper's budget and the levers. ``config`` as
+    written (checked, its ``gpus_per_run`` not yet applied: `paper` reads the train_gpus written)."""
+    jobs = forecast_jobs(config, grid_name, rates)
+    train = jobs[jobs.rule == "train"]
+    table = bill(jobs)
+    gpus = resolve_gpus(copy.deepcopy(config), grid_name)
+    return {
+        "grid": grid_name,
+        "gpu_hours": float(jobs.gpu_hours.sum()),
+        "by_kind": {k: float(v) for k, v in jobs.groupby("rule").gpu_hours.sum().items()},
+        "bill": {model: {p: round(float(v), 2) for p, v in row.items()} for model, row in table.iterrows()},
+        "gpus_per_run": {"setting": str(config["grids"][grid_name].get("gpus_per_run", "paper")),
+                         **{m: {"gpus": g, "why": why} for m, (g, why) in gpus.items()}},
+        "saves_per_run": {"latest": sorted({int(x) for x in train.saves_latest}),
+                          "best_at_most": sorted({int(x) for x in train.saves_best})},
+        "rates": {"source": rates.source, "measurements": measurements(rates),
+                  "staging_GBps": rates.staging_GBps},
+        "paper_budget": paper_budget(run_steps(config, grid_name)),
+        "levers": levers(config, grid_name, rates),
+    }
+
+
+def bill_text(config: dict, grid_name: str, rates: Throughput) -> str:
+    """The bill as `softtokens plan` prints it, after the per-kind forecast."""
+    data = bill_json(config, grid_name, rates)
+    table = data["bill"]
+    if not data["saves_per_run"]["latest"]:
+        return ""
+    lines = ["", f"the bill by model x phase (GPU-hours; gpus_per_run: {data['gpus_per_run']['setting']})",
+             "| model | GPUs a run | " + " | ".join(PHASES) + " | total |", "|---|---|" + "---|" * (len(PHASES) + 1)]
+    for model, row in table.items():
+        g = data["gpus_per_run"].get(model, {}).get("gpus", "")
+        lines.append(f"| {model if model != 'total' else '**total**'} | {g} | "
+                     + " | ".join(f"{row[p]:,.1f}" for p in PHASES) + f" | {row['total']:,.1f} |")
+    budget = data["paper_budget"]
+    lo, hi = budget["gpu_hours"]
+    lines.append(f"\nthe paper's stated budget for these {budget['runs']} runs: {lo:,.0f}-{hi:,.0f} GPU-hours "
+                 f"({budget['gpus_per_run']} GPUs x {budget['hours_per_run'][0]:g}-{budget['hours_per_run'][1]:g} h "
+                 f"a run, {budget['where']}; {budget['counts']}); this forecast {data['gpu_hours']:,.0f} in all")
+    lines.append("GPUs a run: " + "; ".join(f"{m} {v['gpus']} ({v['why']})" for m, v in data["gpus_per_run"].items()
+                                           if m != "setting"))
+    lines.append(f"saves a run makes: {', '.join(map(str, data['saves_per_run']['latest']))} of the resume state, at "
+                 f"most {', '.join(map(str, data['saves_per_run']['best_at_most']))} best checkpoints (written in the "
+                 f"background; each blocks its run while staged to host memory at {rates.staging_GBps:g} GB/s)")
+    top = data["levers"][0]
+    for lever in data["levers"]:
+        values = ", ".join(f"{v}: {h:,.0f}" for v, h in lever["gpu_hours"].items())
+        lines.append(f"{lever['choice']} (now {lever['now']}): {values} GPU-hours")
+    lines.append(f"moves it most: {top['choice']} ({top['spread']:,.0f} GPU-hours between its values)")
+    return "\n".join(lines)
