@@ -8,7 +8,8 @@ min_version("9.0")
 
 # a YAML syntax error named with its file, line and column before Snakemake reads the file (its own
 # message names neither)
-from softtokens.run.config import check_yaml_syntax, grid_files
+from softtokens.run.config import grid_files
+from softtokens.run.config_text import check_yaml_syntax
 
 check_yaml_syntax(Path(workflow.basedir) / "config.yaml")
 
@@ -44,6 +45,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/select.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/sweep.smk"
 
 
 onstart:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from softtokens.run.config import ConfigError, check_yaml_syntax
+from softtokens.run.config_text import ConfigError, check_yaml_syntax
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,8 @@ import yaml
 from test_workflow import BIN, PAPER_ENV, ROOT, TINY, snakemake, tiny_args
 
 from softtokens.data.sources import loader_kind
-from softtokens.run.config import ConfigError, check_config, check_yaml_syntax, read_config
+from softtokens.run.config import ConfigError, check_config, read_config
+from softtokens.run.config_text import check_yaml_syntax
 
 TARGET = "results/paper/eval/llama-3b/gsm8k-fuzzy-seed2/math500/soft_sample.json"
 

@@ -52,6 +52,15 @@ def test_tiny_dag_end_to_end(tiny_dag, tmp_path):
               "report/ledger.csv", "report/ledger_tables.csv", "report/ledger.html", "tables/main.cells.json"):
         assert (res / p).exists(), p
     assert not (res / "runs/toy/toyarith/hard/seed0/_resume").exists()  # resume state removed on success
+    # the hyperparameter search in small (config.yaml's toy sweep: three learning rates, the toy's own 7e-5 its
+    # hard seed-0 run): expanded, trained, selected, tabled, drawn and reported; its table names what it selects
+    sweep = (res / "tables/sweep_toy.md").read_text()
+    assert "- toyarith, learning rate, hard: selected " in sweep and "(configured: 7e-05" in sweep
+    assert all(v in sweep for v in ("3.5e-05", "7e-05", "1.4e-04")) and (res / "figures/sweep_toy.png").exists()
+    assert (res / "runs/toy/toyarith/hard@lr3.5e-05/seed0/selected.json").exists()
+    assert not (res / "eval/toy/toyarith-hard@lr3.5e-05-seed0").exists()   # selected on validation, never tested
+    page = (res / "report/reproduction.md").read_text()
+    assert "## The hyperparameter search (Appendix D)" in page and "Not yet run" not in page
     result = json.loads((res / "eval/toy/toyarith-fuzzy-seed0/toyarith/fuzzy_sample.json").read_text())
     assert result["n_samples"] == 2 and len(result["problems"]) == 6 and len(result["pass@k"]) == 2
     assert result["provenance"]["inputs"]["selected"]["sha256"]
@@ -145,7 +154,7 @@ def test_tiny_dag_end_to_end(tiny_dag, tmp_path):
     status = subprocess.run([str(BIN / "softtokens"), "status", "--config", "tiny.yaml"], cwd=tiny_dag,
                             capture_output=True, text=True)
     assert status.returncode == 0, status.stderr
-    assert "training runs 2: 2 done, 0 running, 0 failed, 0 pending" in status.stdout
+    assert "training runs 4: 4 done, 0 running, 0 failed, 0 pending" in status.stdout   # 2 of them the sweep's
     assert "evaluate files" in status.stdout and "6: 6 done, 0 running, 0 failed, 0 pending" in status.stdout
     assert "3: 3 done" in status.stdout  # out-of-domain: base and both runs
 
@@ -437,8 +446,8 @@ def test_a_bad_paper_numbers_file_is_refused_naming_its_line(tiny_dag, tmp_path)
 
 
 def test_runs_that_failed_to_learn_are_named_everywhere(tiny_dag):
-    """The tiny DAG's runs answer no validation question right (neither does its base): each selection
-    says so, the tables mark the rows †, the verdicts resting on them name them, status lists them."""
+    """The tiny DAG's runs (its sweep's two included) answer no validation question right (nor its base): each
+    selection says so, the tables mark the rows †, the verdicts resting on them name them, status lists them."""
     res = tiny_dag / "results/toy"
     for mode in ("hard", "fuzzy"):
         selected = json.loads((res / f"runs/toy/toyarith/{mode}/seed0/selected.json").read_text())
@@ -450,4 +459,4 @@ def test_runs_that_failed_to_learn_are_named_everywhere(tiny_dag):
     assert any("toy toyarith fuzzy seed 0" in c["failed_runs"] for c in claims)
     status = subprocess.run([str(BIN / "softtokens"), "status", "--config", "tiny.yaml"], cwd=tiny_dag,
                             capture_output=True, text=True)
-    assert "2 run(s) failed to learn" in status.stdout and "toy/toyarith/hard/seed0: no trained step" in status.stdout
+    assert "4 run(s) failed to learn" in status.stdout and "toy/toyarith/hard/seed0: no trained step" in status.stdout

@@ -42,8 +42,10 @@ def test_toy_grid_plan(tmp_path):
     proc = snakemake("-n", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(ROOT / "config.yaml"))
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc)
-    assert counts["train"] == 6 and counts["select_checkpoint"] == 6
-    # (base + 6 runs), each writing every setting's file in one job (evaluation.one_job_per_setting: false)
+    # 6 runs of the grid and 2 of its learning-rate sweep (its third value is the grid's own hard seed-0 run)
+    assert counts["train"] == 8 and counts["select_checkpoint"] == 8 and counts["sweep_tables"] == 1
+    # (base + 6 runs; the sweep's are selected on validation, not tested), each writing every setting's file in
+    # one job (evaluation.one_job_per_setting: false)
     assert counts["evaluate"] == 7
     assert counts["evaluate_loglik"] == 7  # (base + 6 runs) x the synthetic multiple-choice set
     assert counts["prepare_data"] == 1 and counts["prepare_benchmark"] == 2 and counts["build_toy_base"] == 1

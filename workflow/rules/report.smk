@@ -153,6 +153,8 @@ rule reproduction_report:
         figures=JOBS.figure_targets(),
         selected=JOBS.selected_targets(),
         paper=JOBS.paper_results().values(),
+        # the search's summary: this grid's sweep, or the sweeps grid's beside these results once it exists
+        sweeps=lambda w: JOBS.sweep_summary_present(),
     output:
         # kept (update): a report job that refuses its inputs (audit.inputs) leaves the previous report
         md=update(REPORT["reproduction.md"]),
@@ -170,6 +172,7 @@ rule reproduction_report:
         settings=JOBS.reproduction_settings(),
         bench_dir=f"{RESULTS}/benchmarks",
         out_dir=output_parent,
+        sweeps=lambda w, input: f"--sweeps {input.sweeps}" if input.sweeps else "",
     resources:
         **resources("cpu"),
     conda:
@@ -179,7 +182,7 @@ rule reproduction_report:
     benchmark:
         bench_of("reproduction_report")
     shell:
-        "python -m softtokens report --settings {params.settings:q} --bench-dir {params.bench_dir} --out-dir {params.out_dir} {input.evals} {input.variants} {input.loglik} > {log} 2>&1"
+        "python -m softtokens report --settings {params.settings:q} --bench-dir {params.bench_dir} --out-dir {params.out_dir} {params.sweeps} {input.evals} {input.variants} {input.loglik} > {log} 2>&1"
 
 
 rule ablation_tables:

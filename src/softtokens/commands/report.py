@@ -39,15 +39,25 @@ def cmd_ablations(a) -> None:
                     Path(a.figures_dir), parse_settings(a.settings))
 
 
+def cmd_sweeps(a) -> None:
+    from softtokens.audit.inputs import refuse_bad_inputs
+    from softtokens.report.sweeps import write_sweeps
+
+    refuse_bad_inputs([Path(p) for p in a.selected], "sweeps")
+    summary = write_sweeps(parse_settings(a.settings), Path(a.tables_dir), Path(a.figures_dir), Path(a.summary))
+    for s in summary["selections"]:
+        print(f"{s['model']} {s['dataset']} {s['param']} {s['mode']}: {s['statement']}")
+
+
 def cmd_report(a) -> None:
     from softtokens.audit.inputs import refuse_bad_inputs
     from softtokens.cells.paper import PaperResultsError
     from softtokens.report.page import write_report
 
-    refuse_bad_inputs(a.inputs, "report")
+    refuse_bad_inputs([*a.inputs, *([a.sweeps] if a.sweeps else [])], "report")
     try:
         data = write_report([Path(p) for p in a.inputs], Path(a.bench_dir), Path(a.out_dir),
-                            parse_settings(a.settings))
+                            parse_settings(a.settings), Path(a.sweeps) if a.sweeps else None)
     except PaperResultsError as err:
         raise SystemExit(f"report: refused the paper's numbers; no output was written:\n{err}") from None
     for c in data["claims_ours"]:
@@ -141,10 +151,19 @@ def register(sub) -> None:
     c.add_argument("--evals", nargs="*", default=[])
     c.set_defaults(func=cmd_ablations)
 
+    c = sub.add_parser("sweeps", help="the hyperparameter search's table and figure per model, and its summary")
+    c.add_argument("--settings", required=True, help="JSON: the sweep's runs and their selections (run.jobs)")
+    c.add_argument("--tables-dir", required=True)
+    c.add_argument("--figures-dir", required=True)
+    c.add_argument("--summary", required=True, help="the summary JSON the reproduction report reads")
+    c.add_argument("selected", nargs="*", help="the runs' selected.json (checked before they are read)")
+    c.set_defaults(func=cmd_sweeps)
+
     c = sub.add_parser("report", help="reproduction report: ours beside the paper, claims, cost ledger")
     c.add_argument("--settings", required=True, help="JSON: grid, gpus per rule, optional paper_results")
     c.add_argument("--bench-dir", required=True, help="the grid's Snakemake benchmark files")
     c.add_argument("--out-dir", required=True)
+    c.add_argument("--sweeps", default=None, help="the hyperparameter search's summary (report.sweeps), if any")
     c.add_argument("inputs", nargs="+", help="evaluation files (math settings and loglik.json)")
     c.set_defaults(func=cmd_report)
 

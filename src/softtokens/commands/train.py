@@ -176,6 +176,12 @@ def cmd_plan(a) -> None:
         from softtokens.cost.bill import bill_text
 
         print(bill_text(written, grid, rates))
+    gpu_grid = config["grids"][grid].get("memory_plan", {}).get("gpu_memory_gb")
+    if written["grids"][grid].get("sweep") and gpu_grid:   # the search: its runs, a cheaper reading, what it gives up
+        from softtokens.cost.bill import sweep_text
+        from softtokens.run.config import read_config
+
+        print(sweep_text(read_config(a.config, grid)[0], grid, rates, loader_kind))
     try:
         check_plan(config, grid)
     except PlanError as e:

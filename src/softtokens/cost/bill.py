@@ -16,8 +16,11 @@ from softtokens.cost.forecast import (
     forecast_jobs,
 )
 from softtokens.rates.throughput import DEFAULT, DEFAULT_FILES
-from softtokens.run.config import cell_rl
+from softtokens.run import paths
+from softtokens.run.config import cell_rl, check_config
 from softtokens.run.jobs import GridJobs
+from softtokens.run.paths import Run
+from softtokens.run.sweeps import SWEPT
 from softtokens.sizing.gpus import resolve_gpus
 
 # the choices the bill is recomputed under (each on its own, the rest as the grid sets them): the GPUs of a
@@ -139,4 +142,55 @@ def bill_text(config: dict, grid_name: str, rates: Throughput) -> str:
         values = ", ".join(f"{v}: {h:,.0f}" for v, h in lever["gpu_hours"].items())
         lines.append(f"{lever['choice']} (now {lever['now']}): {values} GPU-hours")
     lines.append(f"moves it most: {top['choice']} ({top['spread']:,.0f} GPU-hours between its values)")
+    return "\n".join(lines)
+
+
+# the cheaper reading of a sweep `plan` offers beside the grid's own, and what it gives up
+CHEAP_SWEEP_STEPS = 1000
+CHEAP_SWEEP_GIVES_UP = ("runs of 1,000 steps favour values that learn fast early, where the paper selected on runs "
+                        "of its full length; one train set per model cannot show whether the best value differs "
+                        "between train sets; one seed leaves seed-to-seed noise unmeasured (report.sweeps says so), "
+                        "and no run is the paper grid's own (none is shared at 1,000 steps)")
+
+
+def cheaper_sweep(raw: dict, grid_name: str) -> dict:
+    """``raw`` (a config as read, before the checks expand its sweep) with the grid's sweep cut to the cheaper
+    reading: every swept parameter at CHEAP_SWEEP_STEPS steps, one seed, each model's first train set."""
+    out = copy.deepcopy(raw)
+    sweep = out["grids"][grid_name]["sweep"]
+    for part in [sweep, *(sweep[p] for p in SWEPT if p in sweep)]:
+        if "pairs" in part:
+            firsts: dict[str, list] = {}
+            for model, dataset in part["pairs"]:
+                firsts.setdefault(model, [model, dataset])
+            part["pairs"] = list(firsts.values())
+        if "seeds" in part:
+            part["seeds"] = part["seeds"][:1]
+        part.pop("steps", None)
+    sweep["steps"] = CHEAP_SWEEP_STEPS
+    return out
+
+
+def sweep_text(raw: dict, grid_name: str, rates: Throughput, loader_kind) -> str:
+    """`plan` on a grid with a sweep: its runs (how many the reused grid already trains), its GPU-hours, and
+    the cheaper reading's, with what that gives up."""
+    config = copy.deepcopy(raw)
+    check_config(config, loader_kind)
+    jobs = GridJobs({**config, "grid": grid_name})
+    runs = {(r.model, r.dataset, r.mode, r.variant, r.seed) for r in jobs.sweep_runs}
+    shared = {r for r in runs if not r[3]}
+    priced = forecast_jobs(config, grid_name, rates)
+    full = float(priced.gpu_hours.sum())
+    shared_ids = {paths.job_id("train", Run(m, d, mode, v, seed).wildcards) for m, d, mode, v, seed in shared}
+    shared_h = float(priced[priced.job.isin(shared_ids)].gpu_hours.sum())
+    cheap_config = cheaper_sweep(raw, grid_name)
+    check_config(cheap_config, loader_kind)
+    cheap_jobs = forecast_jobs(cheap_config, grid_name, rates)
+    cheap_runs = {(r.model, r.dataset, r.mode, r.variant, r.seed)
+                  for r in GridJobs({**cheap_config, "grid": grid_name}).sweep_runs}
+    lines = ["", f"the hyperparameter search: {len(runs)} runs of the sweep, {len(shared)} of them the reused grid's "
+                 f"own (a swept value equal to its own: trained once, shared), {full:,.0f} GPU-hours as this grid "
+                 f"reads the paper (docs/protocol.md), {full - shared_h:,.0f} once the reused grid has run",
+             f"a cheaper reading: {len(cheap_runs)} runs, {cheap_jobs.gpu_hours.sum():,.0f} GPU-hours (each model's "
+             f"first train set, one seed, {CHEAP_SWEEP_STEPS:,} steps); it gives up: {CHEAP_SWEEP_GIVES_UP}"]
     return "\n".join(lines)

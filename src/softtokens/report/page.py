@@ -33,6 +33,7 @@ from softtokens.report.claim_rows import (
     words,
 )
 from softtokens.report.render import MISSING, to_html, to_markdown
+from softtokens.report.sweeps import sweep_blocks
 from softtokens.report.tables import main_settings, table_html
 from softtokens.run import paths
 from softtokens.run.files import write_text
@@ -252,6 +253,7 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
         blocks.append(("p", f"{n_meas} of {len(sub)} cells measured; of {len(verdicts)} comparable: {counts} "
                             f"(unpaired: ours against the paper's means)."))
         blocks.append(("table", cell_table(sub)))
+    blocks += sweep_blocks(data.get("sweeps"), toy)
     blocks.append(("h2", "Cost ledger"))
     blocks.append(("p", "From each job's Snakemake benchmark file: wall time, CPU time (the job's measured CPU "
                         "seconds) and GPU-hours (wall × GPUs held). A table's total counts each job once (a training "
@@ -300,12 +302,17 @@ LEDGER_CAPTIONS = {
 }
 
 
-def write_report(eval_paths: list[Path], bench_dir: Path, out_dir: Path, settings: dict) -> dict:
-    """reproduction.{md,html}, cells.csv and the ledger CSVs, each with a provenance sidecar."""
+def write_report(eval_paths: list[Path], bench_dir: Path, out_dir: Path, settings: dict,
+                 sweeps: Path | None = None) -> dict:
+    """reproduction.{md,html}, cells.csv and the ledger CSVs, each with a provenance sidecar; with ``sweeps``
+    (report.sweeps' summary) the hyperparameter search's section shows its selections."""
     data = build(eval_paths, bench_dir, settings)
+    data["sweeps"] = json.loads(sweeps.read_text()) if sweeps is not None else None
     blocks = sections(data, settings)
     prov = Provenance("report", settings, inputs={p.as_posix(): p for p in eval_paths})
     prov.add_input("paper_results", settings.get("paper_results") or PAPER_RESULTS)
+    if sweeps is not None:
+        prov.add_input("sweeps", sweeps)
     outputs = {
         "reproduction.md": to_markdown(blocks),
         "reproduction.html": to_html(blocks, f"softtokens reproduction report ({settings.get('grid')})"),

@@ -17,6 +17,8 @@ from pathlib import Path
 import yaml
 
 from softtokens.run import names
+from softtokens.run.config_text import ConfigError, check_yaml_syntax, key_lines, key_path, unknown_name
+from softtokens.run.sweeps import SWEPT, expand_sweeps, spec_of
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
@@ -61,72 +63,8 @@ def resolved_logging(config: dict) -> dict:
 SOURCE_KEYS = ("path", "source", "hf_config", "revision")
 
 
-class ConfigError(ValueError):
-    """config.yaml is malformed; the message names the key."""
-
-
-def unknown_name(what: str, name: str, known: Iterable[str], key: str, lines: dict | None = None,
-                 elsewhere: str = "") -> ConfigError:
-    """'FILE:LINE: 'KEY': unknown WHAT 'NAME' (did you mean 'X'? WHATs: A, B)': one message for every
-    name a grid or a target gets wrong (models, datasets, benchmarks, modes, settings, seeds)."""
-    known = [str(k) for k in known]
-    close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.5)
-    where = (lines or {}).get(tuple(int(p) if p.isdigit() else p for p in key.split("."))) if lines else None
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return ConfigError(f"{where + ': ' if where else ''}'{key}': unknown {what} {name!r} ({hint}{what}s: "
-                       f"{', '.join(known) or 'none'}){elsewhere}")
-
-
-def check_yaml_syntax(path: str | Path) -> None:
-    """Stop with file:line and YAML's own words where ``path`` does not parse (Snakemake's loader says
-    only 'not valid JSON or YAML'); a file that parses passes silently."""
-    path = Path(path)
-    if not path.is_file():
-        return
-    try:
-        yaml.safe_load(path.read_text())
-    except yaml.MarkedYAMLError as err:
-        # an unclosed bracket or quote is noticed far below where it opens: name the opening first
-        opened, noticed = err.context_mark, err.problem_mark
-        mark = opened or noticed
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        words = "; ".join(w for w in (err.context, err.problem) if w)
-        also = (f" (noticed at line {noticed.line + 1}, column {noticed.column + 1})"
-                if opened and noticed and (opened.line, opened.column) != (noticed.line, noticed.column) else "")
-        raise ConfigError(f"{where}: not valid YAML: {words}{also}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
-
-
-def _key_path(path) -> str:
-    return ".".join(str(p) for p in path) or "(top level)"
-
-
 # a number YAML 1.1 (PyYAML, Snakemake's loader) reads as text: an exponent without a dot, '3e-4'
 _YAML11_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
-
-
-def key_lines(config_files: Iterable[str | Path]) -> dict[tuple, str]:
-    """Where each key of the config files is written: key path -> 'file:line' (a later file, which
-    overrides an earlier one, wins). Read from YAML's own nodes, so a message can point at the line."""
-    out: dict[tuple, str] = {}
-
-    def walk(node, path: tuple, name: str) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                k = path + (key.value,)
-                out[k] = f"{name}:{key.start_mark.line + 1}"
-                walk(value, k, name)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, value in enumerate(node.value):
-                out[path + (i,)] = f"{name}:{value.start_mark.line + 1}"
-                walk(value, path + (i,), name)
-
-    for f in config_files or ():
-        f = Path(f)
-        if f.is_file():
-            walk(yaml.compose(f.read_text()), (), str(f))
-    return out
 
 
 def _set(config: dict, path, value) -> None:
@@ -144,7 +82,7 @@ def _coerce_yaml11_numbers(config: dict, validator) -> list[str]:
         wants = e.schema.get("type") if e.validator == "type" else None
         if wants in ("number", ["number"]) and isinstance(e.instance, str) and _YAML11_NUMBER.match(e.instance.strip()):
             _set(config, e.absolute_path, float(e.instance))
-            changed.append(_key_path(e.absolute_path))
+            changed.append(key_path(e.absolute_path))
     return changed
 
 
@@ -179,7 +117,7 @@ def validate_schema(config: dict, config_files: Iterable[str | Path] = ()) -> No
                 problems.setdefault(token, []).append(path + (key,))
                 close = difflib.get_close_matches(str(key), known, n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else (f" (known keys: {', '.join(known)})" if known else "")
-                texts[token] = lambda full, hint=hint: f"unknown key '{_key_path(full)}'{where(full)}{hint}"
+                texts[token] = lambda full, hint=hint: f"unknown key '{key_path(full)}'{where(full)}{hint}"
         else:
             # a block by its identity; a value by its message and key (a merged `rl:` copies values)
             token = (id(e.instance) if isinstance(e.instance, (dict, list)) else path[-2:], e.validator, e.message)
@@ -190,7 +128,7 @@ def validate_schema(config: dict, config_files: Iterable[str | Path] = ()) -> No
             if e.validator == "enum":   # a misspelled mode or setting: the closest one
                 close = difflib.get_close_matches(str(e.instance), [str(v) for v in e.validator_value], n=1, cutoff=0.5)
                 note = f"; did you mean {close[0]!r}?" if close else ""
-            texts[token] = lambda full, msg=e.message, note=note: f"'{_key_path(full)}'{where(full)}: {msg}{note}"
+            texts[token] = lambda full, msg=e.message, note=note: f"'{key_path(full)}'{where(full)}: {msg}{note}"
     def own(path: tuple) -> bool:  # not a grid that inherits the block through `reuse:`
         grids = config.get("grids") if isinstance(config.get("grids"), dict) else {}
         return not (len(path) > 1 and path[0] == "grids" and isinstance(grids.get(path[1]), dict)
@@ -204,7 +142,7 @@ def validate_schema(config: dict, config_files: Iterable[str | Path] = ()) -> No
 
 
 # what a grid with `reuse: X` inherits from grid X (each may be overridden; `evaluation` and `rl`
-# key by key); `training` and `ablation_tables` are the grid's own
+# key by key); `training`, `sweep` and `ablation_tables` are the grid's own
 INHERITED = ("results", "models", "gpus_per_run", "datasets", "toy_base", "memory_plan", "resources", "rl",
              "evaluation")
 MERGED = ("rl", "evaluation", "resources")
@@ -245,6 +183,8 @@ def check_config(config: dict, loader_kind: Callable,
     resolve_grids(config)
     validate_schema(config, config_files)
     lines = key_lines(config_files)
+    check_sweeps(config, lines)
+    expand_sweeps(config, resolved_rl)   # a sweep's runs become training cells, checked below as any other
     grid_name = config["grid"]
     if grid_name not in config["grids"]:
         raise unknown_name("grid", grid_name, config["grids"], "grid", lines)
@@ -322,6 +262,33 @@ def check_config(config: dict, loader_kind: Callable,
                 raise ConfigError(f"'grids.{name}': a model with source 'toy' needs a 'toy_base' block")
             if not any(s["loader"] == "toy" for s in datasets.values()):
                 raise ConfigError(f"'grids.{name}': a model with source 'toy' needs a dataset with loader 'toy'")
+
+
+def check_sweeps(config: dict, lines: dict) -> None:
+    """Each sweep's pairs name models and datasets the grid has, and every swept parameter has its pairs
+    and seeds (its own or the sweep's)."""
+    for name, grid in config["grids"].items():
+        sweep = grid.get("sweep") or {}
+        for param in (p for p in SWEPT if p in sweep):
+            spec = spec_of(sweep, param)
+            for key in ("pairs", "seeds"):
+                if key not in spec:
+                    raise ConfigError(f"'grids.{name}.sweep.{param}': no {key} (give them here or for the whole sweep)")
+            where = f"grids.{name}.sweep.{param if 'pairs' in sweep[param] else ''}".rstrip(".")
+            for i, (model, dataset) in enumerate(spec["pairs"]):
+                if model not in grid["models"]:
+                    raise unknown_name("model", model, grid["models"], f"{where}.pairs.{i}", lines)
+                if dataset not in grid["datasets"]:
+                    raise unknown_name("dataset", dataset, grid["datasets"], f"{where}.pairs.{i}", lines)
+
+
+def cell_lr(config: dict, grid_name: str, model: str, dataset: str, variant: str = "") -> float:
+    """A training cell's learning rate: its own ``lr`` (a sweep's variant), else its model's."""
+    grid = config["grids"][grid_name]
+    for c in grid["training"]:
+        if (c["model"], c["dataset"], c.get("variant", "")) == (model, dataset, variant) and "lr" in c:
+            return float(c["lr"])
+    return float(grid["models"][model]["lr"])
 
 
 def cell_rl(config: dict, grid_name: str, model: str, dataset: str, variant: str = "") -> dict:

@@ -12,9 +12,9 @@ import json
 import os
 
 from softtokens.run import paths
-from softtokens.run.config import cell_rl, resolved_logging
+from softtokens.run.config import cell_lr, cell_rl, resolved_logging
 from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS
-from softtokens.run.paths import parse_arm, parse_trained
+from softtokens.run.paths import Run, parse_arm, parse_trained
 from softtokens.run.provenance import config_hash
 from softtokens.run.targets import GridTargets, dumps
 
@@ -94,7 +94,7 @@ class GridJobs(GridTargets):
         rl = cell_rl(self.config, self.name, model, dataset, variant)
         if self.resolve_rl is not None:
             rl = self.resolve_rl(self.config, self.name, model, rl, mode != "hard")
-        s = dict(rl, mode=mode, seed=int(seed), lr=self.grid["models"][model]["lr"])
+        s = dict(rl, mode=mode, seed=int(seed), lr=cell_lr(self.config, self.name, model, dataset, variant))
         if variant:  # recorded in provenance; the default runs' settings stay as they were
             s["variant"] = variant
         return dumps(s)
@@ -124,6 +124,19 @@ class GridJobs(GridTargets):
         return dumps({"protocol": ev["ood_protocol"], "loglik_batch_size": ev["loglik_batch_size"],
                        "batch_size": ev["batch_size"], "cot_max_tokens": ev["cot_max_tokens"],
                        "answer_max_tokens": ev["answer_max_tokens"], "dtype": self.rl["compute_dtype"]})
+
+    def sweep_settings(self) -> str:
+        """The sweep tables' job (report.sweeps): every run with its selection file, each pair's validation
+        size, the grid's own values (what a model the paper did not train is compared with)."""
+        runs = [{**r._asdict(), "selected": self.run_file(Run(r.model, r.dataset, r.mode, r.variant, r.seed),
+                                                          paths.SELECTED)} for r in self.sweep_runs]
+        sizes = {f"{r.model}/{r.dataset}": min(cell_rl(self.config, self.name, r.model, r.dataset)["val_size"],
+                                               self.grid["datasets"][r.dataset].get("validation_size", 10**9))
+                 for r in self.sweep_runs}
+        configured = {"learning_rate": {m: float(s["lr"]) for m, s in self.grid["models"].items()},
+                      "noise_factor": {m: float(self.rl["noise_factor"]) for m in self.grid["models"]}}
+        return dumps({"grid": self.name, "toy": "toy_base" in self.grid, "runs": runs, "n_validation": sizes,
+                      "configured": configured})
 
     def report_settings(self) -> str:
         return dumps({"grid": self.name, "n_samples": self.eval["n_samples"]})

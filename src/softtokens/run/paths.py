@@ -209,6 +209,14 @@ def ablation_name(table: str) -> str:
     return f"ablation_{table}"
 
 
+SWEEP_SUMMARY = "sweeps"   # tables/sweeps.json: every sweep's selected value beside the paper's (report.sweeps)
+
+
+def sweep_name(model: str) -> str:
+    """A model's sweep table and figure: tables/sweep_{model}.md, figures/sweep_{model}.png."""
+    return f"sweep_{model}"
+
+
 def figure_name(kind: str, *keys: str) -> str:
     """training_{model}_{dataset}, passk_/entropy_{model}_{dataset}_{benchmark}, ablation_{table}."""
     return "_".join((kind, *keys))

@@ -14,6 +14,7 @@ from softtokens.run import paths
 from softtokens.run.config import EVAL_DEFAULTS, cell_rl, resolved_rl
 from softtokens.run.names import setting_mode
 from softtokens.run.paths import Run, parse_arm
+from softtokens.run.sweeps import SweepTargets
 
 
 def dumps(settings: dict) -> str:
@@ -21,13 +22,13 @@ def dumps(settings: dict) -> str:
     return json.dumps(settings, sort_keys=True)
 
 
-class GridTargets:
+class GridTargets(SweepTargets):
     """The files ``config["grid"]`` (a checked config: config.check_config) makes: its runs, their
     evaluations, tables, figures and reports, and the rows of its ablation tables."""
 
     def __init__(self, config: dict, environ: dict | None = None, resolve_rl=None):
         """``resolve_rl(config, grid, model, rl, continuous) -> rl``: what turns a cell's `auto` memory
-        settings into numbers (train.plan.resolve_memory, handed in: this layer sits below it)."""
+        settings into numbers (sizing.plan.resolve_memory, handed in: this layer sits below it)."""
         self.config, self.environ, self.resolve_rl = config, environ, resolve_rl
         self.name = config["grid"]
         self.grid = config["grids"][self.name]
@@ -50,8 +51,10 @@ class GridTargets:
         return f"{paths.run_dir(results or self.results, run)}/{name}"
 
     def evaluated_models(self) -> list[tuple[str, str]]:
-        """(model, trained) pairs: each evaluated base model and every run trained from it."""
-        return [(m, "base") for m in self.eval["models"]] + [(r.model, r.trained) for r in self.training_runs()]
+        """(model, trained) pairs: each evaluated base model and every run trained from it (a sweep's runs
+        aside: the search selects on validation, as the paper's did)."""
+        return [(m, "base") for m in self.eval["models"]] + [(r.model, r.trained) for r in self.training_runs()
+                                                             if r.variant not in self.sweep_variants]
 
     def eval_targets(self) -> list[str]:
         return [paths.eval_path(self.results, m, t, b, s) for m, t in self.evaluated_models()
@@ -136,12 +139,13 @@ class GridTargets:
     def report_targets(self) -> list[str]:
         main = [*(t for ext in paths.TABLE_EXTS for t in self.table_targets(ext)),
                 *self.figure_targets(), *self.figure_targets("pdf"), *self.report_files().values()]
-        if not self.ablations:
+        if not self.ablations and not self.sweep_runs:
             return main
-        # an ablation grid: its appendix tables and figures; its main tables too when it has results of its
-        # own (toy-long), not when it shares the reused grid's (toy-ablations, ablations: theirs are that grid's)
+        # an ablation or sweep grid: its own tables and figures; the main ones too with results of its own (toy,
+        # toy-long), not when it shares the reused grid's (toy-ablations, ablations, sweeps: theirs are that grid's)
         own_results = self.reused is None or self.results != self.reused["results"]
-        return [*(main if own_results else []), *self.ablation_targets("tables"), *self.ablation_targets("figures")]
+        return [*(main if own_results else []), *self.ablation_targets("tables"), *self.ablation_targets("figures"),
+                *self.sweep_targets()]
 
     def all_targets(self) -> list[str]:
         """Every cell of the layout, so a deleted evaluation or selection is remade (with what

@@ -141,7 +141,7 @@ def check_model_sources(config: dict, grid_name: str, config_files=()) -> None:
     closest of them."""
     import difflib
 
-    from softtokens.run.config import ConfigError, key_lines
+    from softtokens.run.config_text import ConfigError, key_lines
 
     lines = key_lines(config_files)
     shipped = shipped_models()
