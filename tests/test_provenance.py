@@ -123,3 +123,29 @@ def test_hub_revision_is_none_for_a_local_model(tmp_path, tiny_model):
     tiny_model.config._commit_hash = "0123abc"  # what transformers sets for a hub download
     assert hub_revision(tiny_model) == "0123abc"
     tiny_model.config._commit_hash = None
+
+
+def test_a_deferred_check_refuses_flipped_bytes_before_anything_is_kept(tmp_path, tiny_model, toy_tokenizer,
+                                                                        toy_rows):
+    """An evaluation hashes the checkpoint beside its work (load_model's defer_check): flipped bytes of the same
+    size load without an error, so the evaluation runs, and is refused by the hash before it returns a result."""
+    from softtokens.eval.math_eval import evaluate
+    from softtokens.model.checkpoint import TrainerState
+    from softtokens.model.loading import CheckpointDamaged, confirm_checkpoint, load_model
+    from softtokens.model.scale import embedding_scale
+
+    ckpt = tmp_path / "ckpt"
+    tiny_model.save_pretrained(ckpt)
+    toy_tokenizer.save_pretrained(ckpt)
+    TrainerState(step=1, best_val=0.0, base_val=0.0, embedding_scale=embedding_scale(tiny_model).as_dict(), sigma=0.0, noise={}, config={},
+                 base_model="toy", base_revision=None, processes=1).write(ckpt)
+    confirm_checkpoint(load_model(ckpt, defer_check=True))   # intact: nothing raised
+    weights = ckpt / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-4000:] = bytes(b ^ 0xFF for b in data[-4000:])
+    weights.write_bytes(data)
+    model = load_model(ckpt, defer_check=True)               # loads: the bytes are well-formed, only wrong
+    with pytest.raises(CheckpointDamaged, match="model.safetensors"):
+        confirm_checkpoint(model)
+    with pytest.raises(CheckpointDamaged, match=r"refused: .*model.safetensors"):
+        evaluate(str(ckpt), toy_rows["test"][:2], "hard_greedy", 1, 4, 2, 4, seed=0)

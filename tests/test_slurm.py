@@ -57,6 +57,7 @@ def tiny_grid() -> dict:
     grid["training"] = [{"model": "toy", "dataset": "toyarith", "modes": ["fuzzy"], "seeds": [0]}]
     grid["evaluation"].update(settings=["hard_greedy"], ood_benchmarks=[])
     grid["datasets"].pop("toychoice")
+    grid.pop("sweep", None)  # one training job: the one the test cancels
     # long enough to be cancelled mid-run on a fast machine (a toy step takes ~0.2 s); the resume
     # state saved after every step
     grid["rl"].update(steps=STEPS, val_every=STEPS // 2, resume_save_steps=1)

@@ -38,6 +38,7 @@ def test_status_of_a_grid_with_a_run_in_every_state(tmp_path, capsys):
     grid = config["grids"]["toy"]
     grid["results"] = str(tmp_path / "results")
     grid["training"] = [{"model": "toy", "dataset": "toyarith", "modes": ["hard"], "seeds": [0, 1, 2, 3]}]
+    grid.pop("sweep")   # the runs above only (the toy's learning-rate sweep would add two)
     grid["evaluation"]["one_job_per_setting"] = True
     grid["resources"] = {"train": {"gpu": 2}, "evaluate": {"gpu": 1}}
     results, total = grid["results"], grid["rl"]["steps"]

@@ -22,6 +22,7 @@ from softtokens.engine.settings import (
 )
 from softtokens.eval.metrics import entropy_profile, entropy_sums, mean_pass_at_k
 from softtokens.model.loading import (
+    confirm_checkpoint,
     hub_revision,
     load_model,
     load_tokenizer,
@@ -48,7 +49,8 @@ def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: in
     setting = settings[setting_name]
     n = n_samples if is_stochastic(setting) else 1
     tokenizer = load_tokenizer(model_path)
-    model = load_model(model_path, dtype, pick_device()).eval()
+    # the checkpoint's bytes hashed beside the evaluation, confirmed before its result is returned (model.loading)
+    model = load_model(model_path, dtype, pick_device(), defer_check=True).eval()
     engine = CotEngine(model, tokenizer)
     scale, sigma_source = noise_scale(model_path, model, len(tokenizer))
     sigma = scale.sigma(setting.noise_factor, placement.where)
@@ -91,6 +93,7 @@ def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: in
 
     cot_len = [t / n for t in cot_tokens]
     seconds = time.time() - start
+    confirm_checkpoint(model)   # nothing computed from a checkpoint whose bytes are not its training's is kept
     counts = [(n, c) for c in correct]
     return {
         "setting": setting_name, "model_revision": hub_revision(model), "mode": setting.mode, "temperature": setting.temperature,

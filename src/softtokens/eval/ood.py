@@ -121,6 +121,7 @@ def evaluate_ood(model_path: str, rows: list[dict], protocol: str, cot_max_token
     from softtokens.engine.cot import CotEngine
     from softtokens.eval.loglik import score_rows, summarise
     from softtokens.model.loading import (
+        confirm_checkpoint,
         hub_revision,
         load_model,
         load_tokenizer,
@@ -130,7 +131,7 @@ def evaluate_ood(model_path: str, rows: list[dict], protocol: str, cot_max_token
     check_protocol(protocol)
     torch.set_num_threads(threads)
     tokenizer = load_tokenizer(model_path)
-    model = load_model(model_path, dtype, pick_device()).eval()
+    model = load_model(model_path, dtype, pick_device(), defer_check=True).eval()   # hashed beside the scoring
     start = time.time()
     scored = score_rows(model, tokenizer, rows, loglik_batch_size)
     cloze = summarise(scored)
@@ -151,6 +152,7 @@ def evaluate_ood(model_path: str, rows: list[dict], protocol: str, cot_max_token
         for p in problems:
             p["correct"] = p["pred"] == p["label"]
         result["accuracy"] = cloze["accuracy"]
+    confirm_checkpoint(model)   # nothing computed from a checkpoint whose bytes are not its training's is kept
     result.update(model_revision=hub_revision(model), seconds=round(time.time() - start, 2),
                   definition={"accuracy": PROTOCOLS[protocol], "nll_correct": NLL_DEFINITION},
                   problems=problems)

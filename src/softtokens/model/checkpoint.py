@@ -153,9 +153,10 @@ def manifest_sha256(checkpoint: str | Path, parts: tuple[str, ...] = ()) -> str 
 
 class ContentCheck:
     """A checkpoint's files hashed in background threads while a loader reads the same bytes (hashlib
-    releases the GIL; the second read comes from the page cache), so that the check costs little more
-    than the load itself (benchmarks/checkpoint_check.py). ``problem()`` waits for the hashes; call it
-    before anything computed from the load is kept."""
+    releases the GIL; the second read comes from the page cache). ``problem()`` waits for the hashes; call it
+    before anything computed from the load is kept. Measured (benchmarks/checkpoint_check.py, 2 CPUs): sha256
+    at 1.36 GB/s on one core, 12x a warm page-cache load of 4.9 GB when waited for at once, 1.6 % of a job
+    that evaluates for 20 s when it runs beside the evaluation (model.loading.load_model's defer_check)."""
 
     def __init__(self, checkpoint: str | Path):
         self.checkpoint = Path(checkpoint)

@@ -26,11 +26,15 @@ def load_tokenizer(name_or_path: str):
     return tok
 
 
-def load_model(name_or_path: str | Path, dtype: str = "float32", device: str | torch.device = "cpu"):
+def load_model(name_or_path: str | Path, dtype: str = "float32", device: str | torch.device = "cpu",
+               defer_check: bool = False):
     """A causal LM from a hub id (e.g. meta-llama/Llama-3.2-3B-Instruct) or a local directory
     written by save_pretrained; the toy base and every checkpoint load through here. A training
     checkpoint (one with a manifest: model.checkpoint) is checked against it while it loads, and
-    refused, naming the file, when a byte differs from what its training wrote."""
+    refused, naming the file, when a byte differs from what its training wrote. ``defer_check``: the
+    hashing goes on beside what the caller computes with the model (an evaluation), which must call
+    ``confirm_checkpoint(model)`` before it keeps anything (a weights file whose bytes were flipped
+    loads; only its hash tells)."""
     from transformers import AutoModelForCausalLM
 
     check = ContentCheck(name_or_path) if TrainerState.exists(name_or_path) else None
@@ -45,8 +49,18 @@ def load_model(name_or_path: str | Path, dtype: str = "float32", device: str | t
         _refuse_damaged(check)
         raise ModelLoadError(f"cannot load the model {str(name_or_path)!r}: {type(err).__name__}: {err} "
                              "(a truncated or damaged weights file?)") from None
+    if defer_check:
+        model = model.to(device)
+        model.softtokens_content_check = check
+        return model
     _refuse_damaged(check)
     return model.to(device)
+
+
+def confirm_checkpoint(model) -> None:
+    """The deferred check of a model loaded with ``defer_check`` (load_model): waits for its hashes and
+    raises CheckpointDamaged, naming the file, where a byte differs; nothing computed from it is kept."""
+    _refuse_damaged(getattr(model, "softtokens_content_check", None))
 
 
 class CheckpointDamaged(OSError):
