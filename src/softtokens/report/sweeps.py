@@ -76,7 +76,7 @@ def sweep_table(frame: pd.DataFrame, chosen: list[Selection], model: str) -> pd.
                      "value": value_text(param, value),
                      "seeds (greedy validation %)": ", ".join(f"{100 * a:.1f}" for a in done) or "not yet run",
                      "mean ± se (%)": f"{100 * stats['mean']:.1f} ± {100 * stats['se']:.1f}" if stats else "-",
-                     "": ", ".join(marks)})
+                     "note": ", ".join(marks)})
     return pd.DataFrame(rows)
 
 
