@@ -304,6 +304,7 @@ def test_a_cut_gpu_check_leaves_a_valid_partial_report_and_no_work_dir(tmp_path,
     assert list(work.iterdir()) == [], list(work.iterdir())
     lacking = missing_parts(report)
     assert lacking and any("not marked complete" in m or "SIGTERM" in m for m in lacking)
+    assert f"the forecast's refit from this file lacks: {'; '.join(lacking)}" in log   # said where it is made
     rates = throughput_from_gpu_check(report)   # never a KeyError: what is not there is borrowed, and named
     assert set(rates.update) == {"hard", "soft", "fuzzy"} and "from the default rates" in rates.source
 

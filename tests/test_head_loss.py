@@ -8,6 +8,7 @@ import pytest
 import torch
 from conftest import make_tiny_model
 
+import softtokens.train.head_loss as head_loss
 import softtokens.train.rloo as rloo
 from softtokens.data.prompt import format_prompt
 from softtokens.engine.cot import CotEngine
@@ -72,9 +73,14 @@ def test_fused_head_loss_equals_the_plain_path(name, placement, chunk, toy_token
     _assert_same(plain, fused, rtol=1e-5, atol_share=1e-5)
 
 
+@pytest.mark.parametrize("tile", [None, 37], ids=["one-tile", "tiles-of-37-rows"])
 @pytest.mark.parametrize("name", ["soft_sample", "fuzzy_sample", "hard_sample"])
-def test_fused_head_loss_in_float64_to_rounding(name, toy_tokenizer, toy_rows, monkeypatch):
-    """float64 (the gradient checks' dtype): equal to 1e-10, several chunks, a 1/d Gaussian scale."""
+def test_fused_head_loss_in_float64_to_rounding(name, tile, toy_tokenizer, toy_rows, monkeypatch):
+    """float64 (the gradient checks' dtype): equal to 1e-10, several chunks, a 1/d Gaussian scale; with
+    ``tile`` the weight gradients are summed 37 vocabulary rows at a time (7 tiles of the toy's 259, the
+    last a short one), as the paper's 128,256 rows are in 8,192-row tiles (train.config.HEAD_TILE_ROWS)."""
+    if tile:
+        monkeypatch.setattr(head_loss, "HEAD_TILE_ROWS", tile)
     monkeypatch.setattr(rloo, "logit_chunk_steps", lambda rows: 4)
     model = make_tiny_model(toy_tokenizer, dtype=torch.float64, seed=3)
     rollout = _rollout(model, toy_tokenizer, toy_rows, name, Placement(), sigma=0.1)
@@ -83,14 +89,18 @@ def test_fused_head_loss_in_float64_to_rounding(name, toy_tokenizer, toy_rows, m
     _assert_same(plain, fused, rtol=1e-10, atol_share=1e-10)
 
 
+@pytest.mark.parametrize("tile", [None, 37], ids=["one-tile", "tiles-of-37-rows"])
 @pytest.mark.parametrize("name", ["soft_sample", "fuzzy_sample", "hard_sample"])
-def test_fused_head_loss_with_bf16_gemms(name, toy_tokenizer, toy_rows, monkeypatch):
+def test_fused_head_loss_with_bf16_gemms(name, tile, toy_tokenizer, toy_rows, monkeypatch):
     """bf16 weights with CUDA's bf16 -> float32 GEMM emulated (the paper's path): the fused loss against the
     plain path through WideMatmul. Values to 1e-4; gradients to 2 % of each tensor's largest entry, the
     plain path's own distance from float32 copies (tests/test_gpu_check.py): the plain path rounds each
-    chunk's weight gradient to bf16 before summing, the fused one sums in float32 and rounds once."""
+    chunk's weight gradient to bf16 before summing, the fused one sums in float32 and rounds once. ``tile``:
+    the weight gradients summed several vocabulary tiles at a time, as at the paper's vocabulary."""
     from test_gpu_check import _cuda_mm
 
+    if tile:
+        monkeypatch.setattr(head_loss, "HEAD_TILE_ROWS", tile)
     monkeypatch.setattr(rloo, "logit_chunk_steps", lambda rows: 4)
     model = make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=4)
     rollout = _rollout(model, toy_tokenizer, toy_rows, name, Placement())

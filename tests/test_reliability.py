@@ -345,3 +345,33 @@ def test_the_audit_flags_a_result_made_from_a_stale_input(tmp_path, monkeypatch)
                                    "provenance": prov.record()})
         lines, problems = audit("result.json")
         assert (problems == 1) is flagged and any("STALE data.jsonl" in line for line in lines) is flagged, lines
+
+
+def test_a_resume_hashes_the_state_it_resumes_from_once_and_no_other(base, tmp_path, straight, crashed, capsys,
+                                                                     monkeypatch):
+    """The resume state is read for its hashes once: ``latest`` (and its best) by the store's choice, not
+    again by the trainer's load of it, and ``previous`` not at all while ``latest`` is whole (an 8B state
+    is ~100 GB: each needless read is minutes of a node's time)."""
+    import collections
+
+    import softtokens.model.checkpoint as checkpoint
+    import softtokens.run.files as files
+
+    shutil.copytree(crashed, tmp_path, dirs_exist_ok=True)
+    resume = (tmp_path / "_resume").resolve()
+    reads = collections.Counter()
+    real = files.sha256_file
+
+    def counted(path):
+        p = Path(path).resolve()
+        if p.is_relative_to(resume):
+            reads[p.relative_to(resume).as_posix()] += 1
+        return real(path)
+
+    monkeypatch.setattr(files, "sha256_file", counted)
+    monkeypatch.setattr(checkpoint, "sha256_file", counted)
+    run_here(base, tmp_path, capsys)
+    latest = [n for n in reads if n.startswith("latest/") and n.endswith(".safetensors")]
+    assert latest and all(reads[n] == 1 for n in latest), reads
+    assert not [n for n in reads if n.startswith("previous/")], reads
+    assert_same(outcome(tmp_path), straight)

@@ -146,3 +146,16 @@ def test_the_toy_grid_sweeps_three_learning_rates():
     assert sorted(r.variant for r in jobs.sweep_runs) == ["", "lr1.4e-04", "lr3.5e-05"]
     assert not any("@lr" in t for t in jobs.eval_targets())   # the search is not tested
     assert "results/toy/tables/sweeps.json" in jobs.all_targets()
+
+
+def test_a_default_cell_with_its_own_learning_rate_is_the_run_its_value_shares():
+    """The grid's own value is its default cell's lr where the cell sets one (run.config.cell_lr), not the
+    model's: that value's run is the default run, the model's becomes a variant like any other."""
+    from softtokens.run.sweeps import sweep_runs
+
+    config = checked("toy")
+    grid = config["grids"]["toy"]
+    cell = next(c for c in grid["training"] if (c["model"], c["dataset"], c.get("variant", "")) == ("toy", "toyarith", ""))
+    cell["lr"] = 3.5e-5   # one of the sweep's values; the model's own is 7e-5
+    runs = {r.value: r.variant for r in sweep_runs(grid, config["grids"], grid["rl"])}
+    assert runs[3.5e-5] == "" and runs[7e-5] == variant_name("learning_rate", 7e-5)

@@ -421,6 +421,31 @@ def test_an_edited_record_is_refused(tiny_dag, tmp_path):
     assert audit.returncode == 1 and "but its run selected" in audit.stdout
 
 
+def test_an_edited_selection_of_a_sweep_run_is_refused_by_the_sweep_table(tiny_dag, tmp_path):
+    """The search's number is each run's selected.json (its greedy validation accuracy): edited, and its
+    document hash recomputed by a careful forger, the sweep table's rebuild still refuses it, naming the file
+    and the metrics it contradicts; the table, its summary and the report stay as they were."""
+    from softtokens.run.provenance import CONTENT_HASH, content_sha256
+
+    d = _copy(tiny_dag, tmp_path)
+    res = "results/toy"
+    kept = (f"{res}/tables/sweep_toy.md", f"{res}/tables/sweeps.json", f"{res}/report/reproduction.md")
+    before = _bytes(d, *kept)
+    selected = f"{res}/runs/toy/toyarith/hard@lr3.5e-05/seed0/selected.json"
+
+    def forged(doc):
+        doc["val_greedy_accuracy"] = 0.99
+        doc["provenance"][CONTENT_HASH] = content_sha256(doc)
+    _edit(d / selected, forged)
+    proc = snakemake(*_args(d), "--cores", "1")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "refused to read" in out and f"EDITED {selected}: val_greedy_accuracy says 0.99" in out, out[-4000:]
+    assert _bytes(d, *kept) == before
+    audit = _audit(d, f"{res}/tables/sweeps.json")
+    assert audit.returncode == 1 and f"EDITED {selected}: val_greedy_accuracy" in audit.stdout, audit.stdout[-3000:]
+
+
 def test_a_bad_paper_numbers_file_is_refused_naming_its_line(tiny_dag, tmp_path):
     """The config's paper_results names a file with a typo'd model, a duplicate cell and a mean that is no
     number: the report job stops naming each line; the previous report stays."""

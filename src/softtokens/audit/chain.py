@@ -15,11 +15,12 @@ from pathlib import Path
 import softtokens
 from softtokens.audit.links import link_problems
 from softtokens.audit.records import current_sha256, record_problems
-from softtokens.audit.rows import row_problems
+from softtokens.audit.rows import row_problems, selection_problems
 from softtokens.run.provenance import _rel, read_record, record_path
 
 PACKAGE = Path(softtokens.__file__).resolve().parent
 EVAL_STAGES = ("evaluate", "evaluate_loglik")
+SELECT_STAGE = "select_checkpoint"   # commands.train.cmd_select's Provenance stage
 
 
 def shipped(path: Path) -> bool:
@@ -34,6 +35,8 @@ def node_problems(path: Path, rec: dict, deep: bool = True) -> list[str]:
         doc = json.loads(path.read_text())
         out += row_problems(path, doc)
         out += link_problems(path, rec, doc)
+    elif rec.get("stage") == SELECT_STAGE and record_path(path) == path:
+        out += selection_problems(path, json.loads(path.read_text()), rec)
     return out
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from softtokens.eval.metrics import mean_pass_at_k
+from softtokens.run.files import read_jsonl
+from softtokens.train.selection import select_best
 
 TOLERANCE = 1e-9   # the summary is computed from the rows in the same order: only an edit moves it
 
@@ -69,3 +71,26 @@ def loglik_problems(path: Path, doc: dict) -> list[str]:
 def row_problems(path: Path, doc: dict) -> list[str]:
     """Every number of an evaluation file that does not follow from its rows (empty: all do)."""
     return loglik_problems(path, doc) if Path(path).stem == "loglik" else math_problems(path, doc)
+
+
+def selection_problems(path: Path, doc: dict, rec: dict) -> list[str]:
+    """A run's selection (selected.json) against the metrics it was chosen from: the step, its greedy
+    validation accuracy (the number a hyperparameter search's table reads: report.sweeps), the base's and
+    the failed-to-learn verdict follow from the validation rows by train.selection.select_best, or were
+    edited (a forger who rehashed the document passes its content hash, not this)."""
+    metrics = Path(((rec.get("inputs") or {}).get("metrics") or {}).get("path", ""))
+    if not metrics.is_file():
+        return [f"MISSING {metrics}: the metrics {path} was selected from"] if metrics.name else []
+    try:
+        now = select_best(read_jsonl(metrics))
+    except (ValueError, KeyError) as err:
+        return [f"EDITED {metrics}: no selection follows from its rows ({err})"]
+    out = []
+    # the base's score and the failed-to-learn verdict where the file has them (selections made before those
+    # were recorded lack them, and are not edits for it)
+    keys = ("step", "val_greedy_accuracy", *(k for k in ("base_val_greedy_accuracy", "failed_to_learn") if k in doc))
+    for key in keys:
+        if doc.get(key) != now[key]:
+            out.append(f"EDITED {path}: {key} says {doc.get(key)!r}, the validation rows of {metrics} give "
+                       f"{now[key]!r}")
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 NO_GPU = ("gpu-check: no CUDA device here ({why}). The paper's sizes (Llama-3.2-3B, 64 rollouts of 512-step CoTs, "
@@ -17,6 +18,7 @@ def cmd_gpu_check(a) -> int:
 
     from softtokens.data.sources import loader_kind
     from softtokens.gpucheck.run import DEFAULT_SECTIONS, run_gpu_check, stop_on_signals
+    from softtokens.rates.throughput import missing_parts
     from softtokens.run.config import load_config
 
     if not a.smoke:
@@ -37,6 +39,10 @@ def cmd_gpu_check(a) -> int:
             signal.signal(sig, handler)
     print(report.summary())
     print(f"wrote {Path(a.out) / 'gpu_check.json'} and gpu_check.md")
+    lacking = missing_parts(json.loads((Path(a.out) / "gpu_check.json").read_text()))
+    if lacking:   # what the forecast's refit (rates.throughput) will take from elsewhere, said where it is made
+        print(f"the forecast's refit from this file lacks: {'; '.join(lacking)} (taken from an earlier gpu-check "
+              "or the default rates, and named in plan's rates line)")
     if report.meta.get("interrupted"):
         return 130
     return 0 if report.passed else 1

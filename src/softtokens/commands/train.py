@@ -88,6 +88,7 @@ def cmd_train(a) -> None:
 
 
 def cmd_select(a) -> None:
+    from softtokens.audit.chain import SELECT_STAGE
     from softtokens.run.files import read_jsonl, write_json
     from softtokens.run.provenance import Provenance
     from softtokens.train.selection import FLOOR, CheckpointError, check_checkpoint, select_best, verify_checkpoint
@@ -98,7 +99,7 @@ def cmd_select(a) -> None:
         verify_checkpoint(best_ckpt, content=True)  # every byte, before an evaluation rests on it
     except CheckpointError as err:
         raise SystemExit(f"error: {err}") from None
-    prov = Provenance("select_checkpoint", {"rule": "max greedy validation accuracy over trained steps (>= 1), "
+    prov = Provenance(SELECT_STAGE, {"rule": "max greedy validation accuracy over trained steps (>= 1), "
                                                     "earliest step on ties; step 0 (the base) is the reference",
                                             "failed_to_learn": f"below the base model's validation, or at or below "
                                                                f"{FLOOR:g}"},

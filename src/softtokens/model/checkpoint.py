@@ -65,10 +65,11 @@ class TrainerState:
                       for f, h in zip(files, sha256_files(files))}
         write_text(checkpoint / STATE_FILE, json.dumps(dataclasses.asdict(self), indent=1), durable)
 
-    def drop_files(self, checkpoint: str | Path, prefix: str) -> None:
-        """Forget the files under ``prefix`` (removed from the checkpoint: a finished run's optimizer)
-        and rewrite the state."""
-        self.files = {n: f for n, f in self.files.items() if not (n == prefix or n.startswith(prefix + "/"))}
+    def drop_files(self, checkpoint: str | Path, *prefixes: str) -> None:
+        """Forget the files under ``prefixes`` (removed from the checkpoint: a finished run's optimizer and
+        schedule) and rewrite the state, once."""
+        self.files = {n: f for n, f in self.files.items()
+                      if not any(n == p or n.startswith(p + "/") for p in prefixes)}
         write_text(Path(checkpoint) / STATE_FILE, json.dumps(dataclasses.asdict(self), indent=1))
 
 
@@ -158,14 +159,15 @@ class ContentCheck:
     at 1.36 GB/s on one core, 12x a warm page-cache load of 4.9 GB when waited for at once, 1.6 % of a job
     that evaluates for 20 s when it runs beside the evaluation (model.loading.load_model's defer_check)."""
 
-    def __init__(self, checkpoint: str | Path):
+    def __init__(self, checkpoint: str | Path, content: bool = True):
+        """``content`` False: the manifest and the sizes only (its bytes were hashed just before)."""
         self.checkpoint = Path(checkpoint)
         state, self._problem = _state_or_problem(self.checkpoint)
         self._pool: ThreadPoolExecutor | None = None
         self._futures: dict[str, tuple[str, Future]] = {}
         if self._problem is None:
             self._problem = size_problem(self.checkpoint, state)
-        if self._problem is None:
+        if self._problem is None and content:
             named = {n: _expected(e)[1] for n, e in state.files.items() if _expected(e)[1]}
             if named:
                 self._pool = ThreadPoolExecutor(max_workers=min(len(named), os.cpu_count() or 1))

@@ -27,17 +27,18 @@ def load_tokenizer(name_or_path: str):
 
 
 def load_model(name_or_path: str | Path, dtype: str = "float32", device: str | torch.device = "cpu",
-               defer_check: bool = False):
+               defer_check: bool = False, verified: bool = False):
     """A causal LM from a hub id (e.g. meta-llama/Llama-3.2-3B-Instruct) or a local directory
     written by save_pretrained; the toy base and every checkpoint load through here. A training
     checkpoint (one with a manifest: model.checkpoint) is checked against it while it loads, and
     refused, naming the file, when a byte differs from what its training wrote. ``defer_check``: the
     hashing goes on beside what the caller computes with the model (an evaluation), which must call
     ``confirm_checkpoint(model)`` before it keeps anything (a weights file whose bytes were flipped
-    loads; only its hash tells)."""
+    loads; only its hash tells). ``verified``: the caller has just hashed every byte against the manifest
+    (train.resume chooses the state it resumes from so): the sizes only, not a second read."""
     from transformers import AutoModelForCausalLM
 
-    check = ContentCheck(name_or_path) if TrainerState.exists(name_or_path) else None
+    check = ContentCheck(name_or_path, content=not verified) if TrainerState.exists(name_or_path) else None
     try:
         model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=DTYPES[dtype])
     except OSError as err:  # a missing or unreadable directory, an id the hub cannot serve (offline)

@@ -50,9 +50,12 @@ def spec_of(sweep: dict, param: str) -> dict:
     return {**{k: sweep[k] for k in SHARED_KEYS if k in sweep}, **sweep[param]}
 
 
-def grid_value(param: str, grid: dict, model: str, rl: dict) -> float:
-    """The value the grid itself trains with (the model's lr, the grid's noise factor)."""
-    return float(grid["models"][model]["lr"]) if param == "learning_rate" else float(rl["noise_factor"])
+def grid_value(param: str, grid: dict, model: str, rl: dict, default: dict | None) -> float:
+    """The value the grid itself trains with: the default cell's lr (its own, else its model's; as
+    run.config.cell_lr reads it), its noise factor (``rl``: the default cell's resolved settings)."""
+    if param == "learning_rate":
+        return float((default or {}).get("lr", grid["models"][model]["lr"]))
+    return float(rl["noise_factor"])
 
 
 def _default_cell(grids: dict, grid: dict, model: str, dataset: str) -> dict | None:
@@ -76,7 +79,7 @@ def sweep_runs(grid: dict, grids: dict, rl: dict) -> list[SweepRun]:
             cell_rl = {**rl, **((default or {}).get("rl") or {})}
             same_steps = spec.get("steps") in (None, cell_rl["steps"])
             for value in spec["values"]:
-                own = same_steps and float(value) == grid_value(param, grid, model, cell_rl)
+                own = same_steps and float(value) == grid_value(param, grid, model, cell_rl, default)
                 for mode in spec["modes"]:
                     for seed in spec["seeds"]:
                         shared = own and default is not None and mode in default["modes"] and seed in default["seeds"]

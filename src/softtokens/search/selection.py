@@ -12,8 +12,10 @@ selection says which. Both are choices a reader sees (``Selection.noise``, ``Z``
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass, field
 
+from softtokens.cells.spread import proportion_var
 from softtokens.run.sweeps import SWEPT, variant_name
 
 Z = 1.96   # two values within Z standard errors of their difference are within noise (a stated choice)
@@ -27,13 +29,14 @@ def value_text(param: str, value: float) -> str:
 def value_stats(accuracies: list[float], n_validation: int) -> tuple[float, float, str]:
     """(mean, standard error, where the error comes from) of one value's runs."""
     k = len(accuracies)
-    mean = sum(accuracies) / k
+    mean = statistics.fmean(accuracies)
     if k >= 2:
-        var = sum((a - mean) ** 2 for a in accuracies) / (k - 1)
-        return mean, math.sqrt(var / k), "seeds"
-    # one seed: the validation set's binomial error of one run (add-one smoothed, so a 0 or 1 has one too)
+        return mean, statistics.stdev(accuracies) / math.sqrt(k), "seeds"
+    # one seed: the validation set's binomial error of one run (cells.spread's proportion variance, in %;
+    # add-one smoothed, so a 0 or 1 has one too)
     p = (mean * n_validation + 1) / (n_validation + 2)
-    return mean, math.sqrt(p * (1 - p) / n_validation), "validation set only (one seed: seed-to-seed spread unmeasured)"
+    return (mean, math.sqrt(proportion_var(100 * p, n_validation)) / 100,
+            "validation set only (one seed: seed-to-seed spread unmeasured)")
 
 
 @dataclass

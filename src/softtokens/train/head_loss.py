@@ -37,8 +37,6 @@ def fused_replay_loss(h: torch.Tensor, W: torch.Tensor, E: torch.Tensor | None, 
     return loss, parts
 
 
-
-
 def _matmul(a: torch.Tensor, b: torch.Tensor, low: torch.dtype, fused: bool) -> torch.Tensor:
     """a @ b with a float32 (float64) result: bf16 GEMMs with float32 outputs where fused, else plain."""
     if fused:

@@ -71,7 +71,8 @@ class Trainer:
         self.state_dir = self.store.dir
         saved = self.store.state()
         # master weights: every process reads the full model on CPU; FSDP keeps its shard on the device
-        master = load_model(self.store.latest if saved else base_model, cfg.param_dtype, "cpu")
+        master = load_model(self.store.latest if saved else base_model, cfg.param_dtype, "cpu",
+                            verified=bool(saved) and self.store.verified)
         self.base_revision = saved.base_revision if saved else hub_revision(master)  # kept across resumes
         # sigma comes from the base model's E, fixed for the run (model.scale.noise_scale, the rule test
         # evaluation shares; greedy validation has no noise)

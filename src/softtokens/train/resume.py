@@ -15,8 +15,9 @@ What is in it, and why each piece survives a kill or a power loss at any instant
   the one it goes with (``best_step``), so falling back to ``previous`` falls back to its best too;
 - ``metrics.jsonl``: one row per step, appended; a last line cut off mid-write is removed on resume,
   with a warning naming the file.
-On resume every file of ``latest`` (and its best) is hashed against its manifest; a mismatch falls back
-to ``previous``, then to a fresh start, saying so in the log and, as a ``resume`` row, in the metrics.
+On resume every file of ``latest`` (and its best) is hashed against its manifest, once (the trainer's
+load of it does not hash it again: ``verified``); a mismatch falls back to ``previous``, then to a fresh
+start, saying so in the log and, as a ``resume`` row, in the metrics.
 Damaged saves are moved aside (``_resume.unusable-<time>/``), never deleted."""
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class ResumeStore:
             if warning:
                 print(warning, flush=True)
         self._choose_state()
+        self.verified = self.latest.exists()   # every byte of ``latest`` matched its manifest just now
 
     def best_dir(self, step: int) -> Path:
         return self.dir / f"best-step{step:06d}"
@@ -96,9 +98,16 @@ class ResumeStore:
                 fsync_path(self.dir)
                 print(f"resume state: {self.latest} was being replaced when the run stopped; resuming from the "
                       "save before it", flush=True)
-            damaged = [(g, p) for g in (self.latest, self.previous) if g.exists()
-                       for p in [self._problem(g)] if p]
-            usable = [g for g in (self.latest, self.previous) if g.exists() and g not in dict(damaged)]
+            # newest first, each save hashed only until one is whole: with ``latest`` whole, ``previous`` is not
+            # read (the next save rotates it away); the trainer then loads ``latest`` without hashing it again
+            damaged, usable = [], []
+            for g in (self.latest, self.previous):
+                problem = self._problem(g) if g.exists() else None
+                if problem:
+                    damaged.append((g, problem))
+                elif g.exists():
+                    usable.append(g)
+                    break
             aside = self.dir.with_name(f"{self.dir.name}.unusable-{time.strftime('%Y%m%d-%H%M%S')}")
             if damaged and not usable:
                 shutil.move(str(self.dir), str(aside))
@@ -203,8 +212,7 @@ class ResumeStore:
             shutil.move(str(self.latest), str(tmp / "latest"))
             shutil.rmtree(tmp / "latest" / "optimizer", ignore_errors=True)  # resume state only
             (tmp / "latest" / "scheduler.pt").unlink(missing_ok=True)
-            for gone in ("optimizer", "scheduler.pt"):
-                state.drop_files(tmp / "latest", gone)
+            state.drop_files(tmp / "latest", "optimizer", "scheduler.pt")
         write_jsonl(metrics_path, metrics)
         shutil.rmtree(self.dir)
 

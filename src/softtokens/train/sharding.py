@@ -133,8 +133,6 @@ def checkpoint_shell(policy: ReplayPolicy, dtype: torch.dtype = torch.float32):
     ``save_pretrained`` reads besides the weights (config, generation config, dtype, tied names), so that a
     background write never looks at the live model (FSDP swaps its parameters for bf16 gathered ones in every
     forward). Built in the main thread."""
-    import copy
-
     lm = policy.lm
     with torch.device("meta"):
         shell = type(lm)(copy.deepcopy(lm.config)).to(dtype)
