@@ -27,6 +27,12 @@ wildcard_constraints:
     **paths.WILDCARDS,
 
 
+def verbatim(text):
+    """A parameter passed on as written: Snakemake reads a plain string parameter as a wildcard pattern, so a
+    local copy's `path: .../{split}.jsonl` in a job's settings stopped the DAG (WildcardError)."""
+    return lambda wildcards: text
+
+
 def log_of(rule, job=None):
     return paths.log_path(RESULTS, rule, job)
 

@@ -40,7 +40,7 @@ rule evaluate_loglik:
         result=update(paths.loglik_pattern(RESULTS)),
     params:
         expect=eval_expect,
-        settings=JOBS.loglik_settings(),
+        settings=verbatim(JOBS.loglik_settings()),
         model_arg=eval_model_arg,
     threads: threads("evaluate_loglik")
     resources:

@@ -9,7 +9,7 @@ rule main_table:
     output:
         **table_outputs(paths.MAIN_TABLE, "table_main.rst"),
     params:
-        settings=JOBS.report_settings(),
+        settings=verbatim(JOBS.report_settings()),
         out_dir=output_parent,
     resources:
         **resources("cpu"),
@@ -30,7 +30,7 @@ rule settings_table:
     output:
         **table_outputs(paths.settings_table("{benchmark}"), "table_settings.rst"),
     params:
-        settings=JOBS.report_settings(),
+        settings=verbatim(JOBS.report_settings()),
         out_dir=output_parent,
         table=lambda w: paths.settings_table(w.benchmark),
     wildcard_constraints:
@@ -54,7 +54,7 @@ rule ood_table:
     output:
         **table_outputs(paths.OOD_TABLE, "table_ood.rst"),
     params:
-        settings=JOBS.report_settings(),
+        settings=verbatim(JOBS.report_settings()),
         out_dir=output_parent,
     resources:
         **resources("cpu"),
@@ -169,7 +169,7 @@ rule reproduction_report:
                                          caption="../report/ledger_tables.rst")),
         claims=update(REPORT["claims.json"]),
     params:
-        settings=JOBS.reproduction_settings(),
+        settings=verbatim(JOBS.reproduction_settings()),
         bench_dir=f"{RESULTS}/benchmarks",
         out_dir=output_parent,
         sweeps=lambda w, input: f"--sweeps {input.sweeps}" if input.sweeps else "",
@@ -195,7 +195,7 @@ rule ablation_tables:
         tables=reported(JOBS.ablation_targets("tables"), "Ablation tables", "table_ablation.rst"),
         figures=reported(JOBS.ablation_targets("figures"), "Ablation figures", "figure_ablation.rst"),
     params:
-        settings=JOBS.ablation_settings() if JOBS.ablations else "",
+        settings=verbatim(JOBS.ablation_settings() if JOBS.ablations else ""),
         tables_dir=f"{RESULTS}/tables",
         figures_dir=f"{RESULTS}/figures",
     resources:

@@ -12,7 +12,7 @@ rule sweep_tables:
         figures=reported(JOBS.sweep_targets("figures"), "Hyperparameter search", "figure_sweep.rst"),
         summary=[update(p) for p in JOBS.sweep_targets("summary")],
     params:
-        settings=JOBS.sweep_settings() if JOBS.sweep_runs else "",
+        settings=verbatim(JOBS.sweep_settings() if JOBS.sweep_runs else ""),
         tables_dir=lambda w, output: Path(output.tables[0]).parent,
         figures_dir=lambda w, output: Path(output.figures[0]).parent,
     resources:

@@ -5,8 +5,10 @@ rule build_toy_base:
     output:
         model=directory(paths.model_dir(RESULTS, "{model}")),
     params:
-        expect=JOBS.toy_base_expect() if JOBS.toy_base_dataset else "",
-        settings=JOBS.toy_base_settings() if "toy_base" in JOBS.grid else "",
+        expect=verbatim(JOBS.toy_base_expect() if JOBS.toy_base_dataset else ""),
+        settings=verbatim(JOBS.toy_base_settings() if "toy_base" in JOBS.grid else ""),
+    wildcard_constraints:
+        model=alternation(JOBS.built_models("toy")),
     threads: 2
     resources:
         **resources("cpu"),
@@ -19,3 +21,25 @@ rule build_toy_base:
     shell:
         # the longest job of the demo: its progress lines reach the console as well as the log
         "python -m softtokens build-toy-base --settings {params.settings:q} {params.expect} --train {input.train} --validation {input.validation} --out {output.model} --threads {threads} 2>&1 | tee {log}"
+
+
+rule build_packaged_base:
+    """A real pretrained model a pip package ships (`source: pip:NAME`), dequantized into a model directory that
+    every job of the grid loads (softtokens.model.packaged)."""
+    output:
+        model=directory(paths.model_dir(RESULTS, "{model}")),
+    params:
+        settings=lambda w: JOBS.packaged_settings(w.model),
+    wildcard_constraints:
+        model=alternation(JOBS.built_models("packaged")),
+    threads: 2
+    resources:
+        **resources("cpu"),
+    conda:
+        CPU_ENV
+    log:
+        log_of("build_packaged_base", "{model}"),
+    benchmark:
+        bench_of("build_packaged_base", "{model}")
+    shell:
+        "python -m softtokens build-packaged-base --settings {params.settings:q} --out {output.model} --threads {threads} > {log} 2>&1"

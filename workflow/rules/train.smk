@@ -14,7 +14,7 @@ rule train:
         expect=lambda w: JOBS.train_expect(w.model, w.dataset),
         settings=lambda w: JOBS.train_settings(w.model, w.dataset, w.arm, w.seed),
         base=lambda w: JOBS.model_source(w.model),
-        logging=JOBS.logging_settings(),
+        logging=verbatim(JOBS.logging_settings()),
         # resume state: not a declared output, so Snakemake keeps it when a job fails
         state_dir=f"{RUN}/{paths.RESUME}",
         processes=processes,

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import softtokens
+from softtokens.audit.leaves import leaf_lines
 from softtokens.audit.links import link_problems
 from softtokens.audit.records import current_sha256, record_problems
 from softtokens.audit.rows import row_problems, selection_problems
@@ -64,8 +65,10 @@ def audit(path: str | Path, _depth: int = 0, _seen: set | None = None) -> tuple[
     own = node_problems(path, rec)
     lines += [f"{pad}  {p}" for p in own]
     problems = len(own)
-    for name, ref in rec.get("external_inputs", {}).items():
-        lines.append(f"{pad}  {name}: external {ref}")
+    for name, leaf in rec.get("external_inputs", {}).items():
+        said, bad = leaf_lines(name, leaf)
+        lines += [f"{pad}  {line}" for line in said]
+        problems += bad
     expected = rec.get("expected_inputs") or {}
     for name, inp in rec.get("inputs", {}).items():
         p = Path(inp["path"])

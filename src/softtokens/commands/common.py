@@ -67,7 +67,20 @@ def model_to_evaluate(a) -> tuple[str, dict]:
         except CheckpointError as err:
             raise SystemExit(f"error: {err}") from None
         return model_path, {"selected": a.selected, "checkpoint": model_path}
-    return a.model, ({"base_model": a.model} if Path(a.model).exists() else {})
+    from softtokens.run.provenance import made_by_workflow
+
+    return a.model, ({"base_model": a.model} if Path(a.model).exists() and made_by_workflow(a.model) else {})
+
+
+def record_base_model(prov, source: str, revision: str | None, background: bool = False) -> None:
+    """A base model as the provenance chain sees it: a job's output (a built base) is an input, already in the
+    record; a local directory is a leaf by its content; a hub id a leaf at the commit its weights came from."""
+    from softtokens.run.provenance import hub_leaf, made_by_workflow
+
+    if not Path(source).exists():
+        prov.add_leaf("base_model", hub_leaf(source, revision))
+    elif not made_by_workflow(source):
+        prov.add_local_leaf("base_model", source, background=background)
 
 
 def grid_config(a) -> tuple[dict, str]:

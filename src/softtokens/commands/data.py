@@ -1,4 +1,5 @@
-"""prepare-data (a dataset's splits as JSONL) and build-toy-base (the toy's base model)."""
+"""prepare-data (a dataset's splits as JSONL), build-toy-base (the toy's base model) and build-packaged-base (a
+real pretrained model a pip package ships)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def cmd_prepare_data(a) -> None:
     prov = Provenance("prepare_data", {**s, "splits": list(splits)}, seeds={"seed": s.get("seed")}, params=s)
     prepared, reports = prepare(a.dataset, s, splits)
     for split, report in reports.items():
-        if report["local_path"]:  # a local copy: hashed (a file, or every file of a directory)
-            prov.add_input(f"source_{split}", report["local_path"])
+        if report["local_path"]:  # a local copy: a leaf by its content (a file, or every file of a directory)
+            prov.add_local_leaf(f"source_{split}", report["local_path"])
         else:
             prov.add_external(f"source_{split}", report["reference"])
     out = Path(a.out_dir)
@@ -84,6 +85,32 @@ def cmd_build_toy_base(a) -> None:
     print(f"toy base: {sum(p.numel() for p in model.parameters())} parameters, validation greedy accuracy {acc:.3f}")
 
 
+def cmd_build_packaged_base(a) -> None:
+    import time
+
+    import torch
+
+    from softtokens.model.packaged import PackageMissing, build_packaged_model, package_leaf
+    from softtokens.run.files import atomic_dir
+    from softtokens.run.names import packaged_name
+    from softtokens.run.provenance import Provenance
+
+    torch.set_num_threads(a.threads)
+    s = parse_settings(a.settings)
+    name = packaged_name(s["source"])
+    prov = Provenance("build_packaged_base", s, params=s)
+    started = time.time()
+    try:
+        prov.add_leaf("package", package_leaf(name))   # the GGUF's sha256 against the pin, before any build
+        with atomic_dir(a.out) as tmp:
+            conversion = build_packaged_model(name, tmp)
+    except PackageMissing as err:
+        raise SystemExit(f"error: {err}") from None
+    prov.write_sidecar(a.out, extra={"conversion": conversion})
+    print(f"{s['source']}: {conversion['parameters']:,} parameters in {a.out} ({time.time() - started:.0f} s); "
+          f"{conversion['method']}")
+
+
 def register(sub) -> None:
     c = sub.add_parser("prepare-data", help="write train/validation/test JSONL for one dataset")
     c.add_argument("--dataset", required=True)
@@ -99,3 +126,9 @@ def register(sub) -> None:
         c.add_argument(arg, required=True)
     c.add_argument("--threads", type=int, default=1)
     c.set_defaults(func=cmd_build_toy_base)
+
+    c = sub.add_parser("build-packaged-base", help="a real pretrained model a pip package ships, as a model directory")
+    c.add_argument("--settings", required=True)
+    c.add_argument("--out", required=True)
+    c.add_argument("--threads", type=int, default=1)
+    c.set_defaults(func=cmd_build_packaged_base)

@@ -9,6 +9,7 @@ from softtokens.commands.common import (
     check_expected,
     model_to_evaluate,
     parse_settings,
+    record_base_model,
     require,
     selection_record,
 )
@@ -23,7 +24,7 @@ def cmd_evaluate(a) -> None:
     from softtokens.eval.math_eval import evaluate
     from softtokens.run.files import write_json
     from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS
-    from softtokens.run.provenance import Provenance
+    from softtokens.run.provenance import Provenance, hashed_inputs
 
     s = parse_settings(a.settings)
     require(s, *EVAL_KEYS, *COT_KEYS, *PLACEMENT_KEYS, command="evaluate")
@@ -33,17 +34,20 @@ def cmd_evaluate(a) -> None:
     expected = check_expected(a.expect)
     cot = {k: s[k] for k in COT_KEYS}  # the grid's (or the run's) CoT settings
     rows = read_jsonl(a.data)
+    hashed = hashed_inputs({**inputs, "data": a.data})   # once for every setting
+    leaves = None
     # several settings in one process (evaluation.one_job_per_setting: false) pay the start-up once;
     # each file is what its own job would have written
     for setting, out in zip(a.setting, a.out):
-        prov = Provenance("evaluate", {**s, "setting": setting}, inputs={**inputs, "data": a.data},
-                          seeds={"seed": s["seed"]}, params=s)
+        prov = Provenance("evaluate", {**s, "setting": setting}, hashed=hashed, seeds={"seed": s["seed"]}, params=s)
         prov.expected = expected
         result = evaluate(model_path, rows, setting, s["n_samples"], s["cot_max_tokens"], s["answer_max_tokens"],
                           s["batch_size"], s["seed"], s["dtype"], a.threads, s["grading_timeout_s"], cot=cot,
                           placement=placement_of(s))
-        if not inputs:
-            prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
+        if leaves is None:
+            record_base_model(prov, model_path, result["model_revision"])
+            leaves = prov.leaves()
+        prov.add_leaves(leaves)
         write_json(out, prov.embedded({**result, **selection_record(a)}))
         print(f"{setting}: pass@1 {result['pass@1']:.3f}, pass@{result['n_samples']} "
               f"{result['pass@k'][str(result['n_samples'])]:.3f}, grading time-outs {result['grading_timeouts']} "
@@ -65,8 +69,7 @@ def cmd_evaluate_loglik(a) -> None:
     rows = read_jsonl(a.data, required=("id", "context", "choices", "label"))
     result = evaluate_ood(model_path, rows, s["protocol"], s["cot_max_tokens"], s["answer_max_tokens"],
                           s["batch_size"], s["loglik_batch_size"], s["dtype"], a.threads)
-    if not inputs:
-        prov.add_external("base_model", f"{model_path}@{result['model_revision'] or 'unknown revision'}")
+    record_base_model(prov, model_path, result["model_revision"])
     write_json(a.out, prov.embedded({**result, **selection_record(a)}))
     print(f"{s['protocol']} accuracy {result['accuracy']:.4f} (cloze {result['accuracy_cloze']:.4f}), "
           f"NLL of the correct answer {result['nll_correct']:.3f} nats/token ({result['seconds']} s)")

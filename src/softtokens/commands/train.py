@@ -13,6 +13,7 @@ from softtokens.commands.common import (
     check_expected,
     grid_config,
     parse_settings,
+    record_base_model,
 )
 
 # set by torchrun / accelerate in each process they start: the job is already distributed
@@ -60,9 +61,11 @@ def cmd_train(a) -> None:
     s = parse_settings(a.settings)
     expected = check_expected(a.expect)
     cfg = TrainConfig.from_settings(s)
-    base_is_path = Path(a.base).exists()
+    from softtokens.run.provenance import made_by_workflow
+
+    built = Path(a.base).exists() and made_by_workflow(a.base)   # a built base is an input; else a leaf (below)
     prov = Provenance("train", s, inputs={"train": a.train, "validation": a.validation,
-                                          **({"base_model": a.base} if base_is_path else {})},
+                                          **({"base_model": a.base} if built else {})},
                       seeds={"seed": cfg.seed}, params=s)
     prov.expected = expected
     from softtokens.run.config import LOGGING_DEFAULTS
@@ -70,8 +73,8 @@ def cmd_train(a) -> None:
     logging = None if a.tensorboard is None else {**LOGGING_DEFAULTS, **json.loads(a.logging or "{}")}
     trainer = Trainer(cfg, a.base, read_jsonl(a.train), read_jsonl(a.validation), Path(a.state_dir), a.threads,
                       logging=logging, run_name=Path(a.metrics).parent.as_posix())
-    if not base_is_path:  # a hub id: record the commit whose weights were loaded
-        prov.add_external("base_model", f"{a.base}@{trainer.base_revision or 'unknown revision'}")
+    if trainer.dp.is_main:   # a local directory hashed beside the training; a hub id: the commit loaded
+        record_base_model(prov, a.base, trainer.base_revision, background=True)
     trainer.run()
     attempts = trainer.attempts()
     trainer.finish(Path(a.checkpoints), Path(a.metrics), None if a.tensorboard is None else Path(a.tensorboard))

@@ -126,6 +126,7 @@ def fetches(config: dict, grid_name: str) -> list[tuple[str, str, str]]:
     those whose outputs do not exist yet and that no local copy serves."""
     from softtokens.data.sources import SOURCES
     from softtokens.run.jobs import GridJobs
+    from softtokens.run.names import built_by_workflow
 
     jobs = GridJobs({**config, "grid": grid_name})
     grid = jobs.grid
@@ -139,7 +140,7 @@ def fetches(config: dict, grid_name: str) -> list[tuple[str, str, str]]:
             out.append(("dataset", spec.get("source") or source.hub_id, f"datasets.{name}"))
     for model, spec in grid["models"].items():
         src = spec["source"]
-        if src == "toy" or Path(src).exists():
+        if built_by_workflow(src) or Path(src).exists():
             continue
         runs = [r for r in jobs.training_runs() if r.model == model]
         pending = any(not (Path(paths.run_dir(jobs.results, r)) / paths.SELECTED).exists() for r in runs) or any(
@@ -213,6 +214,6 @@ def startup(config: dict, workflow) -> object:
 
 
 # the workflow's rule names (workflow/rules/*.smk), for telling a rule from a target on the command line
-RULES = {"all", "prepare_data", "prepare_benchmark", "build_toy_base", "train", "select_checkpoint", "evaluate",
+RULES = {"all", "prepare_data", "prepare_benchmark", "build_toy_base", "build_packaged_base", "train", "select_checkpoint", "evaluate",
          "evaluate_loglik", "main_table", "settings_table", "ood_table", "training_figure", "passk_figure",
          "entropy_figure", "reproduction_report", "ablation_tables", "sweep_tables"}

@@ -309,10 +309,12 @@ def write_report(eval_paths: list[Path], bench_dir: Path, out_dir: Path, setting
     data = build(eval_paths, bench_dir, settings)
     data["sweeps"] = json.loads(sweeps.read_text()) if sweeps is not None else None
     blocks = sections(data, settings)
-    prov = Provenance("report", settings, inputs={p.as_posix(): p for p in eval_paths})
-    prov.add_input("paper_results", settings.get("paper_results") or PAPER_RESULTS)
-    if sweeps is not None:
-        prov.add_input("sweeps", sweeps)
+    paper = settings.get("paper_results")   # a CSV of the user's is a leaf; the shipped one is versioned with the code
+    prov = Provenance("report", settings, inputs={**{p.as_posix(): p for p in eval_paths},
+                                                   **({} if paper else {"paper_results": PAPER_RESULTS}),
+                                                   **({"sweeps": sweeps} if sweeps is not None else {})})
+    if paper:
+        prov.add_local_leaf("paper_results", paper)
     outputs = {
         "reproduction.md": to_markdown(blocks),
         "reproduction.html": to_html(blocks, f"softtokens reproduction report ({settings.get('grid')})"),

@@ -13,7 +13,7 @@ import os
 
 from softtokens.run import paths
 from softtokens.run.config import cell_lr, cell_rl, resolved_logging
-from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS
+from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS, TOY_SOURCE, built_by_workflow, packaged_name
 from softtokens.run.paths import Run, parse_arm, parse_trained
 from softtokens.run.provenance import config_hash
 from softtokens.run.targets import GridTargets, dumps
@@ -74,13 +74,25 @@ class GridJobs(GridTargets):
         return dumps(self.grid["datasets"][dataset])
 
     def model_source(self, model: str) -> str:
-        """Local directory (a built toy base) or hub id / path of a base model."""
+        """The directory a job builds (the toy base, a packaged model) or the hub id / local path of a base model."""
         src = self.grid["models"][model]["source"]
-        return paths.model_dir(self.results, model) if src == "toy" else src
+        return paths.model_dir(self.results, model) if built_by_workflow(src) else src
 
     def base_model_input(self, model: str) -> list[str]:
-        """The toy base is a DAG output; a hub model is fetched by the job itself."""
-        return [self.model_source(model)] if self.grid["models"][model]["source"] == "toy" else []
+        """A built base is a DAG output; a hub model or a local directory is read by the job itself (and recorded
+        there as a leaf of the provenance chain)."""
+        return [self.model_source(model)] if built_by_workflow(self.grid["models"][model]["source"]) else []
+
+    def built_models(self, kind: str) -> list[str]:
+        """The grid's models a job builds: ``toy`` (build_toy_base) or ``packaged`` (build_packaged_base)."""
+        sources = {m: s["source"] for m, s in self.grid["models"].items()}
+        if kind == "toy":
+            return [m for m, s in sources.items() if s == TOY_SOURCE]
+        return [m for m, s in sources.items() if packaged_name(s) is not None]
+
+    def packaged_settings(self, model: str) -> str:
+        """What a packaged base is built from (its pin lives with the registry: model.packaged)."""
+        return dumps({"source": self.grid["models"][model]["source"]})
 
     def toy_base_settings(self) -> str:
         s = dict(self.grid["toy_base"])
@@ -169,9 +181,12 @@ class GridJobs(GridTargets):
         return [(paths.data_path(self.results, dataset, split), self.grid["datasets"][dataset]) for split in splits]
 
     def _base_expect(self, model: str) -> list[tuple[str, dict]]:
-        if self.grid["models"][model]["source"] != "toy":
-            return []
-        return [(self.model_source(model), json.loads(self.toy_base_settings()))]
+        source = self.grid["models"][model]["source"]
+        if source == TOY_SOURCE:
+            return [(self.model_source(model), json.loads(self.toy_base_settings()))]
+        if packaged_name(source) is not None:
+            return [(self.model_source(model), json.loads(self.packaged_settings(model)))]
+        return []
 
     def train_expect(self, model: str, dataset: str) -> str:
         return expect_args(self._data_expect(dataset, ("train", "validation")) + self._base_expect(model))

@@ -96,6 +96,22 @@ PLACEMENT_KEYS = ("noise_placement", "noise_top_k")
 
 VARIANT_RE = r"[A-Za-z0-9_.+-]+"
 MODE_RE = "|".join(MODES)
+# A model's `source:`: the toy the workflow builds and trains from scratch, a model a pip package ships that the
+# workflow builds into a model directory (``pip:NAME``: model.packaged), or else a hub id or a local directory.
+TOY_SOURCE = "toy"
+PACKAGED_PREFIX = "pip:"
+
+
+def packaged_name(source: str) -> str | None:
+    """NAME of a ``pip:NAME`` source (model.packaged.PACKAGED), else None."""
+    return source[len(PACKAGED_PREFIX):] if source.startswith(PACKAGED_PREFIX) else None
+
+
+def built_by_workflow(source: str) -> bool:
+    """Whether a base model is a job's output (results/GRID/models/MODEL) rather than read from outside."""
+    return source == TOY_SOURCE or packaged_name(source) is not None
+
+
 def alternation(names) -> str:
     """A regular expression matching exactly one of ``names`` (longest first: an alternation tries them
     in order); one that matches nothing for no names. Wildcard constraints and the path patterns use it."""

@@ -18,6 +18,7 @@ import platform
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,8 @@ class Provenance:
     """Collects one node's provenance while it runs; ``record()`` is called when it ends."""
 
     def __init__(self, stage: str, config: Any, inputs: dict[str, str | os.PathLike] | None = None,
-                 seeds: dict | None = None, params: Any = None):
+                 seeds: dict | None = None, params: Any = None, hashed: dict | None = None):
+        """``hashed``: the inputs as hashed_inputs made them already (one job writing several results)."""
         self.stage = stage
         self.config = config
         # the settings exactly as the rule passed them: a downstream job checks it (check_expected)
@@ -98,18 +100,49 @@ class Provenance:
         self.expected: dict[str, str] = {}  # upstream path -> the settings hash the config gave it (audit)
         self.seeds = seeds or {}
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        self.inputs = {name: {"path": _rel(p), "sha256": sha256_path(p)} for name, p in (inputs or {}).items()
-                       if p is not None and Path(p).exists()}
-        self.external = {}  # inputs that are not files here (hub ids)
+        self.inputs = dict(hashed) if hashed is not None else hashed_inputs(inputs or {})
+        # the chain's leaves: what the job read from outside the workflow (a hub model or dataset at a revision, a
+        # local model directory or data copy by its content, a packaged file), checked again by audit.leaves
+        self.external: dict[str, dict] = {}
+        self._pending: dict[str, threading.Thread] = {}
 
     def add_external(self, name: str, ref: str) -> None:
-        self.external[name] = ref
+        """A leaf on the hub, by the reference its reader gave (the dataset's hub id, split and revision)."""
+        self.external[name] = {"kind": "hub", "ref": ref}
 
-    def add_input(self, name: str, path: str | os.PathLike) -> None:
-        """An input found while running (a local dataset copy): hashed like the declared ones."""
-        self.inputs[name] = {"path": _rel(path), "sha256": sha256_path(path)}
+    def add_leaf(self, name: str, leaf: dict) -> None:
+        self.external[name] = leaf
+
+    def leaves(self) -> dict[str, dict]:
+        """Every leaf, the ones hashed in the background included (joined here)."""
+        self._join()
+        return dict(self.external)
+
+    def add_leaves(self, leaves: dict[str, dict]) -> None:
+        self.external.update(leaves)
+
+    def add_local_leaf(self, name: str, path: str | os.PathLike, background: bool = False) -> None:
+        """A file or directory read from outside the workflow, recorded by its content (local_leaf). ``background``:
+        hashed beside the job's work (a model directory of several GB), joined before the record is made."""
+        if not background:
+            self.external[name] = local_leaf(path)
+            return
+
+        def run():
+            self.external[name] = local_leaf(path)
+
+        self._pending[name] = threading.Thread(target=run, name=f"leaf-{name}", daemon=True)
+        self._pending[name].start()
+
+    def _join(self) -> None:
+        for name, thread in list(self._pending.items()):
+            thread.join()
+            if name not in self.external:
+                raise RuntimeError(f"hashing the leaf {name!r} failed (see the traceback above)")
+            del self._pending[name]
 
     def record(self, extra: dict | None = None) -> dict:
+        self._join()
         rec = {
             "stage": self.stage,
             "softtokens_version": __version__,
@@ -147,6 +180,28 @@ class Provenance:
     def embedded(self, result: dict, extra: dict | None = None) -> dict:
         """``result`` with this record embedded, and the document's own hash in it (embed)."""
         return embed(result, self.record(extra))
+
+
+def hashed_inputs(inputs: dict[str, str | os.PathLike | None]) -> dict[str, dict]:
+    """Each input that exists, by path and sha256: what a record holds of the job outputs it was made from."""
+    return {name: {"path": _rel(p), "sha256": sha256_path(p)} for name, p in inputs.items()
+            if p is not None and Path(p).exists()}
+
+
+def local_leaf(path: str | os.PathLike) -> dict:
+    """A leaf read from this machine's disk: where, and the sha256 of its bytes (a directory: of every file in it)."""
+    return {"kind": "local", "path": _rel(path), "sha256": sha256_path(path)}
+
+
+def hub_leaf(repo: str, revision: str | None) -> dict:
+    """A leaf on the Hugging Face hub: its id and the commit whose files were read (None: not known)."""
+    return {"kind": "hub", "id": repo, "revision": revision}
+
+
+def made_by_workflow(path: str | os.PathLike) -> bool:
+    """Whether a path is a job's output (it carries a record: a built base model, a prepared data file) rather
+    than a leaf read from outside (a local model directory, a local data copy)."""
+    return read_record(path) is not None
 
 
 CONTENT_HASH = "content_sha256"   # in an embedded record: the sha256 of the document without this field

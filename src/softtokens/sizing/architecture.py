@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from softtokens.model.packaged import PACKAGED, packaged
+from softtokens.run.names import TOY_SOURCE, packaged_name
+
 ARCHITECTURES = Path(__file__).resolve().parents[1] / "architectures"
 
 
@@ -43,7 +46,11 @@ def architecture_file(source: str) -> Path:
 
 
 def load_architecture(source: str) -> Architecture:
-    """A shipped hub model's numbers, or the config.json of a local model directory."""
+    """A shipped hub model's numbers (a packaged model's: those of the hub model it is), or the config.json of a
+    local model directory."""
+    name = packaged_name(source)
+    if name is not None:
+        source = packaged(name).hub_id
     shipped = architecture_file(source)
     path = shipped if shipped.is_file() else Path(source) / "config.json"
     if not path.is_file():
@@ -148,9 +155,17 @@ def check_model_sources(config: dict, grid_name: str, config_files=()) -> None:
     bad = []
     for model, spec in config["grids"][grid_name]["models"].items():
         source = spec.get("source")
-        if source == "toy" or architecture_file(source).is_file() or (Path(source) / "config.json").is_file():
-            continue
         at = lines.get(("grids", grid_name, "models", model, "source"), "config.yaml")
+        name = packaged_name(source)
+        if name is not None:
+            if name not in PACKAGED:
+                close = difflib.get_close_matches(name, list(PACKAGED), n=1, cutoff=0.5)
+                bad.append(f"{at}: grids.{grid_name}.models.{model}.source {source!r}: no packaged model {name!r}"
+                           + (f"; did you mean 'pip:{close[0]}'?" if close else "")
+                           + f" (packaged: {', '.join('pip:' + n for n in PACKAGED)})")
+            continue
+        if source == TOY_SOURCE or architecture_file(source).is_file() or (Path(source) / "config.json").is_file():
+            continue
         close = difflib.get_close_matches(source, shipped, n=1, cutoff=0.6)
         bad.append(f"{at}: grids.{grid_name}.models.{model}.source {source!r} is not a shipped model or a local "
                    f"directory with a config.json" + (f"; did you mean {close[0]!r}?" if close else "")

@@ -187,7 +187,8 @@ def loglik_memory(arch: Architecture, batch: int, context_tokens: int, choice_to
 
 # ---------------------------------------------------------------- a grid's jobs
 def grid_architecture(grid: dict, model: str) -> Architecture:
-    """A grid's model: the toy base it builds, or a hub model's shipped numbers."""
+    """A grid's model: the toy base it builds, or a hub or packaged model's shipped numbers (a local directory's
+    config.json)."""
     spec = grid["models"][model]
     return toy_architecture(grid["toy_base"]) if spec["source"] == "toy" else load_architecture(spec["source"])
 
