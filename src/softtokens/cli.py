@@ -7,9 +7,9 @@ import argparse
 import os
 import sys
 
-from softtokens.commands import data, evaluate, gpu, report, train
+from softtokens.commands import data, evaluate, exits, gpu, report, train
 
-COMMAND_MODULES = (data, train, evaluate, report, gpu)
+COMMAND_MODULES = (data, train, evaluate, report, gpu, exits)
 DESCRIPTION = ("softtokens: a reproduction of 'Soft Tokens, Hard Truths' (Butt et al., 2025). Each workflow stage is "
                "a command here (the Snakemake rules call them), beside the tools a user runs: plan (memory and cost "
                "before a grid), status (a grid while it runs), audit (where a result came from), docs and gpu-check.")

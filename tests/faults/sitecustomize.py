@@ -10,7 +10,11 @@ then patches the training loop when the loop is first imported:
   save (train.saving), at PHASE: ``staged`` (in host memory, nothing written), ``files`` (weights,
   tokenizer, schedule and optimizer shards written, no manifest), ``sealed`` (the manifest written,
   not yet in place) or ``retired`` (the old ``latest`` renamed ``previous``, the new one not yet
-  ``latest``)."""
+  ``latest``);
+- ``sigkill_at_step=N``: the training process is SIGKILLed before step N + 1, as the kernel's OOM killer
+  ends a process (exit status 137, nothing flushed);
+- ``machine_memory=TOTAL_MB:AVAILABLE_MB``: this machine reports that much memory (sizing.host.machine_memory),
+  so a test can run a workflow on a machine smaller than its jobs."""
 
 import importlib.abc
 import importlib.util
@@ -40,11 +44,27 @@ def _inject(loop) -> None:
                 raise RuntimeError(f"injected crash while writing the latest checkpoint of step {n}")
             return real_write(self, checkpoint, *args, **kwargs)
         loop.TrainerState.write = write
+    elif kind == "sigkill_at_step":
+        real_step = loop.Trainer.train_step
+
+        def train_step(self, step):
+            if step == n:
+                sys.stderr.write(f"injected SIGKILL before step {step + 1}\n")
+                sys.stderr.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real_step(self, step)
+        loop.Trainer.train_step = train_step
     elif kind == "kill_in_save":
         step, _, phase = value.partition(":")
         _kill_in_save(sys.modules["softtokens.train.saving"].SaveWriter, int(step), phase)
     else:
-        raise ValueError(f"SOFTTOKENS_TEST_FAULT={FAULT!r}: crash_at_step=N, crash_in_save=N or kill_in_save=N:PHASE")
+        raise ValueError(f"SOFTTOKENS_TEST_FAULT={FAULT!r}: crash_at_step=N, crash_in_save=N, kill_in_save=N:PHASE, "
+                         "sigkill_at_step=N or machine_memory=TOTAL_MB:AVAILABLE_MB")
+
+
+def _machine(host) -> None:
+    total, _, available = FAULT.partition("=")[2].partition(":")
+    host.machine_memory = lambda: (int(total) * 10**6, int(available) * 10**6)
 
 
 def _kill_in_save(writer, n: int, phase: str) -> None:
@@ -70,7 +90,8 @@ def _kill_in_save(writer, n: int, phase: str) -> None:
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
-    TARGET = "softtokens.train.loop"
+    TARGET, PATCH = ("softtokens.sizing.host", staticmethod(_machine)) if FAULT.startswith("machine_memory=") else (
+        "softtokens.train.loop", staticmethod(_inject))
 
     def find_spec(self, name, path, target=None):
         if name != self.TARGET:
@@ -81,7 +102,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run_module(module)
-            _inject(module)
+            self.PATCH(module)
         spec.loader.exec_module = exec_module
         return spec
 

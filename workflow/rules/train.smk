@@ -32,4 +32,4 @@ rule train:
     benchmark:
         bench_of("train", RUN_JOB)
     shell:
-        "python -m softtokens train --processes {params.processes} --settings {params.settings:q} {params.expect} --base {params.base} --train {input.train} --validation {input.validation} --state-dir {params.state_dir} --checkpoints {output.checkpoints} --metrics {output.metrics} --tensorboard {output.tensorboard} --logging {params.logging:q} --threads {threads} 2>&1 | (trap '' TERM INT USR1; tee -a {params.attempts_log} > {log}); mv {params.attempts_log} {log}"
+        "python -m softtokens train --processes {params.processes} --settings {params.settings:q} {params.expect} --base {params.base} --train {input.train} --validation {input.validation} --state-dir {params.state_dir} --checkpoints {output.checkpoints} --metrics {output.metrics} --tensorboard {output.tensorboard} --logging {params.logging:q} --threads {threads} 2>&1 | (trap '' TERM INT USR1; tee -a {params.attempts_log} > {log}) || python -m softtokens exit-note $? --job '{rule} {wildcards}' --mem-mb {resources.mem_mb} --log {log} --log {params.attempts_log}; mv {params.attempts_log} {log}"

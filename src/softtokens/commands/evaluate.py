@@ -21,7 +21,7 @@ LOGLIK_KEYS = ("protocol", "cot_max_tokens", "answer_max_tokens", "batch_size", 
 def cmd_evaluate(a) -> None:
     from softtokens.data.rows import read_jsonl
     from softtokens.engine.settings import placement_of
-    from softtokens.eval.math_eval import evaluate
+    from softtokens.eval.math_eval import MathEvaluator
     from softtokens.run.files import write_json
     from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS
     from softtokens.run.provenance import Provenance, hashed_inputs
@@ -38,20 +38,21 @@ def cmd_evaluate(a) -> None:
     leaves = None
     # several settings in one process (evaluation.one_job_per_setting: false) pay the start-up once;
     # each file is what its own job would have written
-    for setting, out in zip(a.setting, a.out):
-        prov = Provenance("evaluate", {**s, "setting": setting}, hashed=hashed, seeds={"seed": s["seed"]}, params=s)
-        prov.expected = expected
-        result = evaluate(model_path, rows, setting, s["n_samples"], s["cot_max_tokens"], s["answer_max_tokens"],
-                          s["batch_size"], s["seed"], s["dtype"], a.threads, s["grading_timeout_s"], cot=cot,
-                          placement=placement_of(s))
-        if leaves is None:
-            record_base_model(prov, model_path, result["model_revision"])
-            leaves = prov.leaves()
-        prov.add_leaves(leaves)
-        write_json(out, prov.embedded({**result, **selection_record(a)}))
-        print(f"{setting}: pass@1 {result['pass@1']:.3f}, pass@{result['n_samples']} "
-              f"{result['pass@k'][str(result['n_samples'])]:.3f}, grading time-outs {result['grading_timeouts']} "
-              f"({result['seconds']} s); sigma {result['sigma']:.4g}, set by {result['sigma_source']}", flush=True)
+    with MathEvaluator(model_path, s["dtype"], a.threads, s["grading_timeout_s"]) as ev:
+        for setting, out in zip(a.setting, a.out):
+            prov = Provenance("evaluate", {**s, "setting": setting}, hashed=hashed, seeds={"seed": s["seed"]},
+                              params=s)
+            prov.expected = expected
+            result = ev.run(rows, setting, s["n_samples"], s["cot_max_tokens"], s["answer_max_tokens"],
+                            s["batch_size"], s["seed"], cot=cot, placement=placement_of(s))
+            if leaves is None:
+                record_base_model(prov, model_path, result["model_revision"])
+                leaves = prov.leaves()
+            prov.add_leaves(leaves)
+            write_json(out, prov.embedded({**result, **selection_record(a)}))
+            print(f"{setting}: pass@1 {result['pass@1']:.3f}, pass@{result['n_samples']} "
+                  f"{result['pass@k'][str(result['n_samples'])]:.3f}, grading time-outs {result['grading_timeouts']} "
+                  f"({result['seconds']} s); sigma {result['sigma']:.4g}, set by {result['sigma_source']}", flush=True)
 
 
 def cmd_evaluate_loglik(a) -> None:

@@ -62,16 +62,21 @@ def check_grid(config: dict, grid: str, config_files=()) -> None:
 
 
 # ---------------------------------------------------------------- the command line
-def forcerun_trap(forcerun, rules: set[str]) -> str | None:
-    """`--forcerun RULE TARGET` reads TARGET as a second rule name and forces RULE on the whole grid (on
-    the paper grid, 864 evaluations): the corrected command, or None when every word is a rule."""
-    words = sorted(forcerun or ())
-    stray = [w for w in words if w not in rules and ("/" in w or "." in w)]
-    if not stray:
+def forcerun_trap(forcerun, rules: set[str], targets=()) -> str | None:
+    """`--forcerun RULE TARGET` with no target before it reads TARGET as a second word to force and runs the
+    default target: RULE forced on the whole grid (on the paper grid, 864 evaluations). Snakemake's --forcerun
+    takes rules or files, so `TARGET --forcerun TARGET`, `-R FILE` and `TARGET --forcerun RULE` are commands of
+    their own and run as written; caught is only a path among the words beside a rule name with no target
+    before them (the target the user meant). Returns the corrected command, or None."""
+    if targets:
         return None
-    rule_words = [w for w in words if w not in stray]
-    return (f"--forcerun took {', '.join(stray)} as rule name(s): it reads every word after it as a rule, so this "
-            f"would force {', '.join(rule_words) or 'those rules'} on the whole grid. Put the target first: "
+    words = list(forcerun or ())
+    rule_words = [w for w in words if w in rules]
+    stray = [w for w in words if w not in rules and ("/" in w or "." in w)]
+    if not (stray and rule_words):
+        return None
+    return (f"--forcerun took {', '.join(stray)} as what to force beside {', '.join(rule_words)}, with no target "
+            f"before it: this would force {', '.join(rule_words)} on the whole grid. Put the target first: "
             f"snakemake {' '.join(stray)} --forcerun {' '.join(rule_words)}")
 
 
@@ -174,6 +179,62 @@ def preflight(config: dict, grid_name: str, status_command: str | None = None) -
     return problems + fetch_problems(config, grid_name)
 
 
+# ---------------------------------------------------------------- memory on one machine
+LOCAL_EXECUTORS = (None, "local", "dryrun")
+
+
+def job_memory(jobs) -> list[tuple[str, int]]:
+    """(job, declared mem_mb) of every training and evaluation job of the grid (run.jobs.GridJobs.resources)."""
+    from types import SimpleNamespace
+
+    out = []
+    train = jobs.resources("train").get("mem_mb")
+    if callable(train):
+        for r in {(r.model, r.dataset, r.arm) for r in jobs.training_runs() + list(jobs.sweep_runs)}:
+            out.append((f"train {r[0]}/{r[1]}/{r[2]}", train(SimpleNamespace(model=r[0], dataset=r[1], arm=r[2]))))
+    for kind, wanted in (("evaluate", jobs.eval["benchmarks"]), ("evaluate_loglik", jobs.ood)):
+        mem = jobs.resources(kind).get("mem_mb")
+        if callable(mem) and wanted:
+            out += [(f"{kind} {m}", mem(SimpleNamespace(model=m))) for m in sorted({m for m, _ in jobs.evaluated_models()})]
+    return out
+
+
+def memory_problems(needs: list[tuple[str, int]], bound_mb: int, what: str) -> list[str]:
+    """Each job whose declared memory is more than ``bound_mb``: it could not run here without being killed."""
+    return [f"{job} needs {mb:,} MB of host memory (its plan, sizing.host), more than {what} ({bound_mb:,} MB): lower "
+            f"its micro_batch_size or batch_size, or run it where there is more" for job, mb in needs if mb > bound_mb]
+
+
+def bound_local_memory(workflow, jobs, dryrun: bool) -> None:
+    """On one machine, the sum of the running jobs' declared memory never exceeds what the machine has: where the
+    user set no memory bound (--resources mem_mb=...), it is the memory available now; a job that cannot fit the
+    bound is refused before any job starts (with -n: said)."""
+    from snakemake.exceptions import WorkflowError
+
+    from softtokens.sizing.host import MB, machine_memory
+
+    total, available = machine_memory()
+    given = {k: v for k, v in workflow.global_resources.items() if k.startswith("mem")}
+    if given:
+        key, value = next(iter(given.items()))
+        value = getattr(value, "value", value)
+        bound, what = int(value * {"mem_gb": 1000, "mem_mib": 1.048576, "mem_gib": 1073.741824}.get(key, 1)), \
+            f"--resources {key}={value}"
+    elif total:
+        bound, what = int(available / MB), "this machine's available memory"
+        workflow.register_resource("mem_mb", bound)
+        if not dryrun:
+            print(f"softtokens: jobs on this machine share {bound:,} MB of memory (available now; each job declares "
+                  "its plan's need: `softtokens plan`); --resources mem_mb=N sets another bound", file=sys.stderr)
+    else:
+        return
+    problems = memory_problems(job_memory(jobs), bound, what)
+    if problems and dryrun:
+        print("softtokens: a real run would stop before its first job:\n  " + "\n  ".join(problems), file=sys.stderr)
+    elif problems:
+        raise WorkflowError("softtokens: stopped before the first job:\n  " + "\n  ".join(problems))
+
+
 # ---------------------------------------------------------------- the workflow's entry points
 def startup(config: dict, workflow) -> object:
     """Run when the workflow is parsed: every check above; returns the grid's jobs (run.jobs.GridJobs).
@@ -183,22 +244,26 @@ def startup(config: dict, workflow) -> object:
     from softtokens.run.interrupted import interrupted_note
     from softtokens.run.jobs import GridJobs
     from softtokens.run.targets import outside_grid
+    from softtokens.sizing.host import HostPlan
     from softtokens.sizing.plan import check_plan, resolve_memory
 
     config_files = [f for f in workflow.configfiles if f not in workflow.overwrite_configfiles]
     config_files += list(workflow.overwrite_configfiles)
     check_grid(config, config["grid"], config_files)
     check_plan(config, config["grid"])   # every job's per-GPU memory against the grid's GPUs (`softtokens plan`)
-    jobs = GridJobs(config, resolve_rl=resolve_memory)   # `auto` micro-batch / checkpointing: the memory plan's
+    # `auto` micro-batch / checkpointing: the memory plan's; each job's host memory: sizing.host
+    jobs = GridJobs(config, resolve_rl=resolve_memory, host_mb=HostPlan(config, config["grid"]).mb)
     args = cli_args()
     if args is not None:
-        trap = forcerun_trap(args.forcerun, RULES)
+        trap = forcerun_trap(args.forcerun, RULES, args.targets)
         if trap:
             raise WorkflowError(trap)
         bad = outside_grid(jobs, list(args.targets or []))
         if bad:
             raise WorkflowError(f"target(s) outside grid {config['grid']!r} (config.yaml):\n  " + "\n  ".join(bad)
                                 + "\nAdd them to the grid's training cells or evaluation to make them.")
+        if args.executor in LOCAL_EXECUTORS:
+            bound_local_memory(workflow, jobs, args.dryrun)
         if args.executor == "slurm":
             problems = preflight(config, config["grid"], getattr(args, "slurm_status_command", None))
             if problems and args.dryrun:

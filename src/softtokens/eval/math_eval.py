@@ -33,27 +33,62 @@ from softtokens.reward.grader import GRADING_TIMEOUT_S
 from softtokens.reward.pool import GradingPool
 
 
+class MathEvaluator:
+    """One model loaded once for every inference setting a job evaluates (its tokenizer, weights, noise scale and
+    grading workers), so a job writing the six settings' files pays its start-up once."""
+
+    def __init__(self, model_path: str, dtype: str = "float32", threads: int = 1,
+                 grading_timeout_s: float = GRADING_TIMEOUT_S):
+        torch.set_num_threads(threads)
+        self.model_path = model_path
+        self.tokenizer = load_tokenizer(model_path)
+        # the checkpoint's bytes hashed beside the evaluation, confirmed before a result is returned (model.loading)
+        self.model = load_model(model_path, dtype, pick_device(), defer_check=True).eval()
+        self.engine = CotEngine(self.model, self.tokenizer)
+        self.scale, self.sigma_source = noise_scale(model_path, self.model, len(self.tokenizer))
+        self.pool = GradingPool(max(1, threads), grading_timeout_s)
+        self.grading_timeout_s = grading_timeout_s
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> "MathEvaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def run(self, rows: list[dict], setting_name: str, n_samples: int, cot_max_tokens: int, answer_max_tokens: int,
+            batch_size: int, seed: int, refill: bool = True, cot: dict | None = None,
+            placement: Placement = EMBEDDING) -> dict:
+        """Greedy settings draw 1 CoT per problem, sample settings ``n_samples``; answers greedy.
+        ``cot``: the config's CoT keys (config.COT_KEYS) the six settings derive from; the
+        paper's when absent. ``placement``: where soft / fuzzy settings put their noise (the paper's
+        input embedding unless the grid evaluates runs in their own placement). sigma follows
+        model.scale.noise_scale: the base model's scales, as in the model's training."""
+        settings = INFERENCE_SETTINGS if cot is None else cot_settings(cot)
+        if setting_name not in settings:
+            raise ValueError(f"unknown inference setting {setting_name!r} (known: {', '.join(settings)})")
+        return _evaluate(self, rows, setting_name, settings[setting_name], n_samples, cot_max_tokens,
+                         answer_max_tokens, batch_size, seed, refill, placement)
+
+
 def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: int, cot_max_tokens: int,
              answer_max_tokens: int, batch_size: int, seed: int, dtype: str = "float32",
              threads: int = 1, grading_timeout_s: float = GRADING_TIMEOUT_S, refill: bool = True,
              cot: dict | None = None, placement: Placement = EMBEDDING) -> dict:
-    """Greedy settings draw 1 CoT per problem, sample settings ``n_samples``; answers greedy.
-    ``cot``: the config's CoT keys (config.COT_KEYS) the six settings derive from; the
-    paper's when absent. ``placement``: where soft / fuzzy settings put their noise (the paper's
-    input embedding unless the grid evaluates runs in their own placement). sigma follows
-    model.scale.noise_scale: the base model's scales, as in the model's training."""
-    torch.set_num_threads(threads)
-    settings = INFERENCE_SETTINGS if cot is None else cot_settings(cot)
-    if setting_name not in settings:
-        raise ValueError(f"unknown inference setting {setting_name!r} (known: {', '.join(settings)})")
-    setting = settings[setting_name]
+    """One setting of one model (MathEvaluator.run, the model loaded for it alone)."""
+    with MathEvaluator(model_path, dtype, threads, grading_timeout_s) as ev:
+        return ev.run(rows, setting_name, n_samples, cot_max_tokens, answer_max_tokens, batch_size, seed, refill,
+                      cot, placement)
+
+
+def _evaluate(ev: MathEvaluator, rows: list[dict], setting_name: str, setting, n_samples: int, cot_max_tokens: int,
+              answer_max_tokens: int, batch_size: int, seed: int, refill: bool, placement: Placement) -> dict:
     n = n_samples if is_stochastic(setting) else 1
-    tokenizer = load_tokenizer(model_path)
-    # the checkpoint's bytes hashed beside the evaluation, confirmed before its result is returned (model.loading)
-    model = load_model(model_path, dtype, pick_device(), defer_check=True).eval()
-    engine = CotEngine(model, tokenizer)
-    scale, sigma_source = noise_scale(model_path, model, len(tokenizer))
+    engine, model, scale, sigma_source = ev.engine, ev.model, ev.scale, ev.sigma_source
     sigma = scale.sigma(setting.noise_factor, placement.where)
+    grading_timeout_s = ev.grading_timeout_s
 
     jobs = [(pi, si) for pi in range(len(rows)) for si in range(n)]
     correct = [0] * len(rows)
@@ -73,8 +108,7 @@ def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: in
     example_rows = {}
     outs = list(tqdm(finished, total=len(jobs), desc=f"eval {setting_name}", mininterval=5))
     # every answer graded in worker processes, each within its budget (reward.pool)
-    with GradingPool(max(1, threads), grading_timeout_s) as pool:
-        graded = pool.grade_many([(out.completion, rows[jobs[out.job][0]]["answer"]) for out in outs])
+    graded = ev.pool.grade_many([(out.completion, rows[jobs[out.job][0]]["answer"]) for out in outs])
     for out, g in zip(outs, graded):
         pi, si = jobs[out.job]
         correct[pi] += g.correct

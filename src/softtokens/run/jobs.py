@@ -206,7 +206,23 @@ class GridJobs(GridTargets):
         res = job_resources(self.grid, kind, self.environ)
         if kind == "train" and res.get("gpu", 0) > 0:
             res["gpu"] = lambda model: train_processes(self.grid, model)
+        if self.host_mb is not None and kind in GPU_KINDS:
+            res["mem_mb"] = self._declared_memory(kind, res)
         return res
+
+    def _declared_memory(self, kind: str, res: dict):
+        """A job's mem_mb as a function of its wildcards: the host memory its plan needs (sizing.host), raised to
+        what the grid's resources block asks where that is more (mem_mb, or mem_mb_per_cpu x the job's CPUs: one
+        of the two is declared, never both, which SLURM refuses)."""
+        own = self.grid.get("resources", {}).get(kind, {})
+        res.pop("mem_mb_per_cpu", None)
+
+        def mem_mb(wildcards) -> int:
+            model = getattr(wildcards, "model", None)
+            asked = own.get("mem_mb") or own.get("mem_mb_per_cpu", 0) * self.threads(kind, model)
+            return max(int(asked), self.host_mb(kind, wildcards))
+
+        return mem_mb
 
     def threads(self, kind: str, model: str | None = None) -> int:
         """CPU threads of a job: cpus_per_gpu x its GPUs on a GPU job (torch and the data work use

@@ -1,0 +1,147 @@
+"""Host memory a job needs, from the same plan as its GPU memory (sizing.plan), so that a job declares what it
+will hold: on a laptop Snakemake then never starts jobs whose sum exceeds the machine (a 24 GB machine once ran
+two 11 GB training jobs of a 135M model at once and the kernel killed one), and on a cluster the SLURM request
+covers the job's peak.
+
+Where a job computes on the CPU (the toy and real grids), every term of the device plan is host memory. Where it
+computes on a GPU, the host holds, per process: the model as it loads (float32, on the CPU, before it is sharded
+and moved: train.loop) and, later, a save's staging copy (the process's shard of the weights and of AdamW's two
+moments, float32: train.saving). Either way a process holds its interpreter with torch, transformers and
+softtokens imported (PROCESS_BYTES, measured at 0.39 GB) and a grading worker (GRADER_BYTES).
+
+HOST_MARGIN is kept between the plan and what is declared: the CPU allocator's fragmentation is not in the plan
+(measured on SmolLM2-135M, 2 x 4 rows, micro-batch 8: max RSS 5.3-5.8 GB for a planned 6.5 GB update peak)."""
+
+from __future__ import annotations
+
+import math
+
+from softtokens.sizing.plan import GB, Architecture, TrainJob, eval_memory, loglik_memory, sharded_bytes, train_memory
+
+PROCESS_BYTES = 0.6e9   # python, torch, transformers and softtokens imported: 0.39 GB RSS measured, rounded up
+GRADER_BYTES = 0.3e9    # the grading pool's worker process (math-verify, sympy)
+HOST_MARGIN = 1.1       # allocator fragmentation and what the plan does not count
+MB = 1e6
+
+
+def loading_bytes(arch: Architecture, param_dtype_bytes: int = 4) -> int:
+    """A model as from_pretrained builds it on the CPU: its parameters in the load dtype, and while a weights
+    file is read, the file's tensors beside them (transformers copies them in one by one: at most the largest
+    file's share; counted as a second copy, the worst case of a one-file model)."""
+    return 2 * arch.parameters * param_dtype_bytes
+
+
+def train_host(arch: Architecture, job: TrainJob, on_gpu: bool) -> dict[str, float]:
+    """Bytes of host memory per training process, by phase, and the peak."""
+    base = PROCESS_BYTES + GRADER_BYTES
+    m = {"process": base, "loading": base + loading_bytes(arch)}
+    if on_gpu:
+        shard = sharded_bytes(arch, job.processes, 4)
+        m["staging a save"] = base + 3 * shard   # the weights snapshot and AdamW's two moments (float32, pinned)
+    else:
+        device = train_memory(arch, job)
+        for phase in ("rollout", "update"):
+            m[phase] = base + device[phase]
+    m["peak"] = max(m.values())
+    return m
+
+
+def eval_host(arch: Architecture, on_gpu: bool, batch: int, prompt_tokens: int, cot_tokens: int,
+              answer_tokens: int, compute_dtype: str) -> dict[str, float]:
+    """Bytes of host memory of an evaluation (math, under one or every inference setting)."""
+    base = PROCESS_BYTES + GRADER_BYTES
+    m = {"loading": base + loading_bytes(arch)}
+    if not on_gpu:
+        m["decoding"] = base + eval_memory(arch, batch, prompt_tokens, cot_tokens, answer_tokens, compute_dtype)["peak"]
+    m["peak"] = max(m.values())
+    return m
+
+
+def loglik_host(arch: Architecture, on_gpu: bool, batch: int, prompt_tokens: int, compute_dtype: str) -> dict:
+    base = PROCESS_BYTES
+    m = {"loading": base + loading_bytes(arch)}
+    if not on_gpu:
+        m["scoring"] = base + loglik_memory(arch, batch, prompt_tokens, compute_dtype=compute_dtype)["peak"]
+    m["peak"] = max(m.values())
+    return m
+
+
+def declared_mb(peak_bytes: float, processes: int = 1) -> int:
+    """What a job declares (Snakemake's mem_mb, the SLURM request): every process's peak with HOST_MARGIN."""
+    return int(math.ceil(processes * peak_bytes * HOST_MARGIN / MB / 100) * 100)
+
+
+def gb(n: float) -> str:
+    return f"{n / GB:.1f} GB"
+
+
+# ---------------------------------------------------------------- a grid's jobs
+class HostPlan:
+    """Each job's host memory in one grid (what run.jobs.GridJobs declares as its mem_mb)."""
+
+    def __init__(self, config: dict, grid_name: str):
+        from softtokens.run.config import EVAL_DEFAULTS, resolved_rl
+
+        self.config, self.name = config, grid_name
+        self.grid = config["grids"][grid_name]
+        self.on_gpu = bool(self.grid.get("resources", {}).get("train", {}).get("gpu"))
+        self.prompt = int(self.grid.get("memory_plan", {}).get("prompt_tokens", 512))
+        self.eval = {**EVAL_DEFAULTS, **self.grid["evaluation"]}
+        self.rl = resolved_rl(config, grid_name)
+
+    def train(self, model: str, dataset: str, arm: str) -> dict[str, float]:
+        from softtokens.run.config import cell_rl
+        from softtokens.run.paths import parse_arm
+        from softtokens.sizing.plan import grid_architecture, resolve_memory, train_job_for
+
+        mode, variant = parse_arm(arm)
+        rl = resolve_memory(self.config, self.name, model, cell_rl(self.config, self.name, model, dataset, variant),
+                            mode != "hard")
+        job = train_job_for(self.grid, model, rl, self.prompt, mode != "hard", rl["micro_batch_size"],
+                            bool(rl["activation_checkpointing"]))
+        return train_host(grid_architecture(self.grid, model), job, self.on_gpu)
+
+    def evaluate(self, model: str) -> dict[str, float]:
+        from softtokens.sizing.plan import grid_architecture
+
+        ev = self.eval
+        return eval_host(grid_architecture(self.grid, model), self.on_gpu, ev["batch_size"], self.prompt,
+                         ev["cot_max_tokens"], ev["answer_max_tokens"], self.rl["compute_dtype"])
+
+    def loglik(self, model: str) -> dict[str, float]:
+        from softtokens.sizing.plan import grid_architecture
+
+        return loglik_host(grid_architecture(self.grid, model), self.on_gpu, self.eval["loglik_batch_size"],
+                           self.prompt, self.rl["compute_dtype"])
+
+    def mb(self, kind: str, wildcards) -> int:
+        """The mem_mb a job of ``kind`` declares, from its wildcards (model, dataset, arm)."""
+        from softtokens.run.jobs import train_processes
+
+        if kind == "train":
+            peak = self.train(wildcards.model, wildcards.dataset, wildcards.arm)["peak"]
+            return declared_mb(peak, train_processes(self.grid, wildcards.model) if self.on_gpu else 1)
+        peak = (self.evaluate if kind == "evaluate" else self.loglik)(wildcards.model)["peak"]
+        return declared_mb(peak)
+
+
+def machine_memory() -> tuple[int, int]:
+    """(total, available) bytes of this machine for a new process: /proc/meminfo's MemTotal and MemAvailable,
+    lowered to the cgroup's limit where a container or a SLURM allocation sets one (cgroup v2 memory.max)."""
+    info = {}
+    try:
+        for line in open("/proc/meminfo"):
+            key, value = line.split(":", 1)
+            info[key] = int(value.split()[0]) * 1024
+    except OSError:
+        return 0, 0
+    total, available = info.get("MemTotal", 0), info.get("MemAvailable", info.get("MemFree", 0))
+    try:
+        limit = open("/sys/fs/cgroup/memory.max").read().strip()
+        used = int(open("/sys/fs/cgroup/memory.current").read().strip())
+        if limit != "max":
+            total = min(total, int(limit))
+            available = min(available, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return total, max(available, 0)
