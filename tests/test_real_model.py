@@ -125,6 +125,12 @@ def test_training_jobs_that_do_not_fit_together_ran_one_at_a_time(real_dag):
     spans.sort()
     assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), spans
     assert f"share {real_dag['available']:,} MB" in log
+    # what each job declared covers what it held (Snakemake's benchmark: the job's processes' peak RSS)
+    bench = real_dag["dir"] / RESULTS / "benchmarks"
+    for rule, mb in (("train", real_dag["train_mb"]), ("evaluate", max(declared(log, "evaluate")))):
+        for tsv in (bench / rule).rglob("*.tsv"):
+            rss = float(tsv.read_text().splitlines()[1].split("\t")[2])
+            assert 0 < rss <= mb, (tsv, rss, mb)
 
 
 def test_a_changed_leaf_fails_the_audit_naming_it(real_dag):

@@ -243,6 +243,22 @@ def test_an_interrupted_retrain_leaves_nothing_resting_on_a_deleted_checkpoint(t
     assert _train_rows(d / RUN / "metrics.jsonl") == _train_rows(tiny_dag / RUN / "metrics.jsonl")
 
 
+def test_a_job_killed_as_the_oom_killer_kills_says_so_on_the_console_and_in_its_log(tiny_dag, tmp_path):
+    """SIGKILL inside a training job (what the kernel's OOM killer does: exit 137, nothing flushed): the console
+    and the job's log name it as most likely out of memory, with what the job declared and what the machine has;
+    the run's previous results are back."""
+    d = _copy(tiny_dag, tmp_path)
+    before = (d / RUN / "metrics.jsonl").read_bytes()
+    proc = snakemake(f"{RUN}/metrics.jsonl", *_args(d), "--cores", "1", "--forcerun", "train",
+                     env=fault_env("sigkill_at_step=1"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "injected SIGKILL before step 2" in out
+    said = next(line for line in out.splitlines() if "was killed by SIGKILL (exit status 137)" in line)
+    assert "most likely out of memory" in said and "it declared mem_mb=" in said and "this machine has" in said
+    assert "was killed by SIGKILL" in (d / "results/toy/logs/train/toy/toyarith/hard/seed0.log").read_text()
+    assert (d / RUN / "metrics.jsonl").read_bytes() == before
+
+
 def test_a_truncated_checkpoint_is_named_before_evaluation(tiny_dag, tmp_path):
     d = _copy(tiny_dag, tmp_path)
     target = "results/toy/eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json"

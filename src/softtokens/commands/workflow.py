@@ -190,7 +190,7 @@ def job_memory(jobs) -> list[tuple[str, int]]:
     out = []
     train = jobs.resources("train").get("mem_mb")
     if callable(train):
-        for r in {(r.model, r.dataset, r.arm) for r in jobs.training_runs() + list(jobs.sweep_runs)}:
+        for r in sorted({(r.model, r.dataset, r.arm) for r in jobs.training_runs()}):
             out.append((f"train {r[0]}/{r[1]}/{r[2]}", train(SimpleNamespace(model=r[0], dataset=r[1], arm=r[2]))))
     for kind, wanted in (("evaluate", jobs.eval["benchmarks"]), ("evaluate_loglik", jobs.ood)):
         mem = jobs.resources(kind).get("mem_mb")
