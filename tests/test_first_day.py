@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_workflow import BIN, PAPER_ENV, ROOT, TINY, snakemake, tiny_args
+from test_workflow import BIN, PAPER_ENV, ROOT, TINY, job_counts, snakemake, tiny_args
 
 from softtokens.data.sources import loader_kind
 from softtokens.run.config import ConfigError, check_config, read_config
@@ -128,6 +128,31 @@ def test_the_forcerun_order_trap_is_caught_before_any_job(tmp_path):
     assert "Put the target first: snakemake results/toy/tables/main.md --forcerun evaluate" in out, out[-2000:]
 
 
+CELL = "results/toy/eval/toy/base/toyarith/hard_greedy.json"
+
+
+@pytest.mark.parametrize("words", [
+    [CELL, "--forcerun", CELL],            # the target first, the file forced: Snakemake's own form
+    ["-R", CELL],                          # a file forced, the default target
+    [CELL, "--forcerun", "evaluate"],      # a rule forced after a target
+])
+def test_valid_forcerun_forms_run_as_snakemake_runs_them(tmp_path, words):
+    proc = snakemake(*words, *tiny_args(_tiny(tmp_path)), "-n")
+    assert proc.returncode == 0 and "Put the target first" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert job_counts(proc).get("evaluate", 0) >= 1
+
+
+def test_the_forcerun_trap_refuses_only_a_swallowed_target():
+    from softtokens.commands.workflow import RULES, forcerun_trap
+
+    assert forcerun_trap(["evaluate", CELL], RULES) and "snakemake " + CELL + " --forcerun evaluate" in \
+        forcerun_trap(["evaluate", CELL], RULES)
+    assert forcerun_trap([CELL], RULES) is None                       # -R FILE
+    assert forcerun_trap([CELL], RULES, targets=[CELL]) is None       # TARGET --forcerun TARGET
+    assert forcerun_trap(["evaluate", CELL], RULES, targets=["results/toy/tables/main.md"]) is None
+    assert forcerun_trap(["evaluate", "main_table"], RULES) is None   # rules only
+
+
 def _tiny(tmp_path: Path) -> Path:
     d = tmp_path / "tiny"
     d.mkdir()
@@ -168,6 +193,25 @@ def test_an_unclosed_bracket_is_named_where_it_opens(tmp_path):
     with pytest.raises(ConfigError) as err:
         check_yaml_syntax(p)
     assert f"{p}:2:5: not valid YAML" in str(err.value) and "noticed at line" in str(err.value)
+
+
+def test_an_unclosed_quote_is_named_on_its_own_line_not_the_mapping_above(tmp_path):
+    """The parser's context is the block mapping that holds the quote (two lines above it, in config.yaml's toy
+    grid); the quote's own line is where the mistake is."""
+    lines = (ROOT / "config.yaml").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip() == "validation_size: 128")
+    lines[at] = lines[at].replace("128", '"128')
+    p = tmp_path / "config.yaml"
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError) as err:
+        check_yaml_syntax(p)
+    assert f"{p}:{at + 1}:" in str(err.value), str(err.value)
+    # an apostrophe inside a word, a comment's quote and a bracket closed on a later line are not openings
+    q = tmp_path / "ok.yaml"
+    q.write_text("a: the paper's prompt  # it's fine\nb: [1,\n    2]\nc: 'x'' y'\nd: {e: \"unclosed\n")
+    with pytest.raises(ConfigError) as err:
+        check_yaml_syntax(q)
+    assert f"{q}:5:8:" in str(err.value), str(err.value)
 
 
 def test_a_misspelled_hub_id_in_plan_names_its_line_and_the_id(tmp_path):

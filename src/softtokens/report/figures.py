@@ -108,6 +108,7 @@ def training_figure(metrics_paths: list[Path], model: str, dataset: str):
     axes[1].set(title="(b) greedy validation (model selection)", xlabel="RL step")
     for ax in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], 1))   # percentages: none below 0 (all-zero runs too)
     _mode_seed_legend(axes[1], modes, seeds, dashes)
     fig.suptitle(f"{model} trained on {dataset}")
     return fig

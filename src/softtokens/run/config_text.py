@@ -35,16 +35,55 @@ def check_yaml_syntax(path: str | Path) -> None:
     try:
         yaml.safe_load(path.read_text())
     except yaml.MarkedYAMLError as err:
-        # an unclosed bracket or quote is noticed far below where it opens: name the opening first
+        # an unclosed bracket or quote is noticed far below where it opens, and the parser's context may be the
+        # mapping that holds it: name the opening first
         opened, noticed = err.context_mark, err.problem_mark
+        found = opening(path.read_text().splitlines(), opened.line if opened else 0, noticed.line) if noticed else None
         mark = opened or noticed
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        if found is not None and (mark is None or found != (mark.line, mark.column)):
+            opened, where = mark or noticed, f"{path}:{found[0] + 1}:{found[1] + 1}"
         words = "; ".join(w for w in (err.context, err.problem) if w)
         also = (f" (noticed at line {noticed.line + 1}, column {noticed.column + 1})"
                 if opened and noticed and (opened.line, opened.column) != (noticed.line, noticed.column) else "")
         raise ConfigError(f"{where}: not valid YAML: {words}{also}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
+
+
+QUOTES, OPENERS, CLOSERS = "\"'", "[{", "]}"
+
+
+def opening(lines: list[str], first: int, last: int) -> tuple[int, int] | None:
+    """(line, column), 0-based, of the quote, bracket or brace that opens between lines ``first`` and ``last`` and
+    is still open at ``last``: a quote not closed on its own line (config files do not fold quoted scalars), else
+    the outermost bracket left open. A quote opens a scalar only where a value starts (after a blank, ':', '-',
+    ',', '[' or '{'), so an apostrophe inside a word is not one; comments are skipped."""
+    stack: list[tuple[int, int]] = []
+    for i in range(first, min(last, len(lines) - 1) + 1):
+        line, j, quote = lines[i], 0, None
+        while j < len(line):
+            c = line[j]
+            if quote is not None:
+                if c == "\\" and line[quote[2]] == '"':
+                    j += 1
+                elif c == line[quote[2]]:
+                    if c == "'" and line[j + 1:j + 2] == "'":
+                        j += 1
+                    else:
+                        quote = None
+            elif c == "#" and (j == 0 or line[j - 1] in " \t"):
+                break
+            elif c in QUOTES and (j == 0 or line[j - 1] in " \t:-,[{"):
+                quote = (i, j, j)
+            elif c in OPENERS:
+                stack.append((i, j))
+            elif c in CLOSERS and stack:
+                stack.pop()
+            j += 1
+        if quote is not None:
+            return quote[0], quote[1]
+    return stack[0] if stack else None
 
 
 def key_path(path) -> str:
