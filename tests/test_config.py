@@ -151,7 +151,9 @@ def test_the_papers_rl_defaults_are_defined_once():
     assert all("default" in f for f in schema_rl.values()), [k for k, f in schema_rl.items() if "default" not in f]
     assert set(PAPER_RL) == set(schema_rl)
     cfg = TrainConfig.paper("soft", 0, 6e-6)
-    assert all(getattr(cfg, k) == v for k, v in PAPER_RL.items())
+    resolved = {"validation_cot_max_tokens": PAPER_RL["cot_max_tokens"]}   # `training`: the run's own cap
+    assert PAPER_RL["validation_cot_max_tokens"] == "training"
+    assert all(getattr(cfg, k) == resolved.get(k, v) for k, v in PAPER_RL.items())
     with pytest.raises(ValueError, match="unknown training settings: stepz"):
         TrainConfig.from_settings({**PAPER_RL, "mode": "soft", "seed": 0, "lr": 1e-6, "stepz": 3})
     partial = {k: v for k, v in PAPER_RL.items() if k != "noise_factor"}

@@ -215,6 +215,23 @@ def paper_runs(paper_base, tmp_path_factory):
     return done
 
 
+def test_a_save_that_fails_on_one_process_stops_both_promptly_naming_the_rank(paper_base, tmp_path):
+    """Process 1's background save fails (a full disk); process 0's succeeds. Both stop at the next step's
+    agreement, each naming rank 1 and the cause, within a minute (before, the other one waited in its next
+    collective until the process group's time-out: 30 minutes with gloo, 10 with NCCL)."""
+    import time
+
+    started = time.monotonic()
+    r = cli_train(paper_base, tmp_path / "run", paper_settings(steps=3, val_every=10, resume_save_steps=1), 2,
+                  fault="fail_save_on_rank=1")
+    took = time.monotonic() - started
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and took < 60, (took, out[-3000:])
+    said = [line for line in out.splitlines() if "SaveFailed: a save failed (rank 1: OSError" in line]
+    assert len(said) == 2 and {"rank 0 here" in s for s in said} == {True, False}, out[-3000:]
+    assert "No space left on device" in said[0]
+
+
 def _weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(run / "checkpoints" / "latest" / "model.safetensors")
 

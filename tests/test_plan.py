@@ -65,27 +65,56 @@ def _paper_config() -> dict:
     return yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
 
 
-def test_auto_memory_settings_are_the_fastest_that_fit():
-    """llama-3b on MATH (CoT 512) on 2 GPUs of 80 GB: without recomputation a micro-batch of 8 plans
-    69.2 GB (the fused head's float32 weight gradient, 1.6 GB, included), over the 68.6 GB usable once
-    AUTO_HEADROOM is left; 4 rows plan 54.3 GB: chosen, not recomputing.
-    On 40 GB GPUs nothing fits without recomputation at 4 rows or more: recomputation, the largest that fits."""
+def test_auto_memory_settings_hold_every_phase_of_the_loop_with_the_margin():
+    """llama-3b on MATH (CoT 512) on its `auto` GPUs (2 of 80 GB: on one, no micro-batch of 8 fits once validation
+    and the 5 % margin are counted): without recomputation 8 rows plan more than the 68.0 GB budget (90 % of the
+    card less memory_plan.margin), so micro-batches of 8 or more with recomputation are preferred to 4 without
+    (PREFERRED_MICRO_BATCH), the largest that fits; validation decodes the most rows at once that fit. Every phase
+    the loop runs (rollout, update, validation after a step, a staged save) is within the budget.
+    On 40 GB GPUs: recomputation, fewer validation rows. With no GPU memory declared: the schema's defaults."""
     from softtokens.run.config import cell_rl
-    from softtokens.sizing.plan import AUTO_HEADROOM, GB, USABLE_SHARE, grid_plan, resolve_memory
+    from softtokens.sizing.gpus import resolve_gpus
+    from softtokens.sizing.plan import LOOP_PHASES, PREFERRED_MICRO_BATCH, grid_plan, plan_budget, resolve_memory
 
     config = _paper_config()
+    resolve_gpus(config, "paper")
+    assert config["grids"]["paper"]["models"]["llama-3b"]["train_gpus"] == 2
     rl = cell_rl(config, "paper", "llama-3b", "math")
-    assert (rl["micro_batch_size"], rl["activation_checkpointing"]) == ("auto", "auto")
+    assert (rl["micro_batch_size"], rl["activation_checkpointing"], rl["val_batch_size"]) == ("auto",) * 3
     chosen = resolve_memory(config, "paper", "llama-3b", rl)
-    assert (chosen["micro_batch_size"], chosen["activation_checkpointing"]) == (4, False)
+    assert chosen["micro_batch_size"] >= PREFERRED_MICRO_BATCH and chosen["activation_checkpointing"] is True
     row = next(r for r in grid_plan(config, "paper") if r["job"] == "train llama-3b/math")
-    assert row["memory"]["peak"] * AUTO_HEADROOM <= USABLE_SHARE * 80 * GB and "micro-batch 4" in row["setting"]
+    budget = plan_budget(config["grids"]["paper"])
+    assert all(row["memory"][p] <= budget for p in LOOP_PHASES) and row["memory"]["peak"] <= budget
+    assert f"validation {chosen['val_batch_size']} rows" in row["setting"] and chosen["val_batch_size"] >= 64
+    unpreferred = resolve_memory(config, "paper", "llama-3b", {**rl, "activation_checkpointing": False})
+    assert unpreferred["micro_batch_size"] < PREFERRED_MICRO_BATCH   # no 8 rows fit without recomputing
     config["grids"]["paper"]["memory_plan"]["gpu_memory_gb"] = 40
     small = resolve_memory(config, "paper", "llama-3b", rl)
-    assert small["activation_checkpointing"] is True and small["micro_batch_size"] >= 1
+    assert small["activation_checkpointing"] is True and small["val_batch_size"] < chosen["val_batch_size"]
     del config["grids"]["paper"]["memory_plan"]  # no GPU memory declared: the schema's defaults
     assert resolve_memory(config, "paper", "llama-3b", rl) | {} == rl | {"micro_batch_size": 8,
-                                                                         "activation_checkpointing": False}
+                                                                         "activation_checkpointing": False,
+                                                                         "val_batch_size": 256}
+
+
+def test_validation_at_256_rows_does_not_fit_llama_3b_on_one_gpu():
+    """The phase the plan once left out: on one 80 GB GPU, llama-3b holds 45 GB once AdamW has state (step >= 1);
+    greedy validation at 256 slots of MATH's length adds a KV cache of ~31 GB: over the card. `auto` decodes fewer
+    rows at once, and puts the model on more GPUs where no micro-batch of 8 fits beside."""
+    from softtokens.run.config import cell_rl
+    from softtokens.sizing.plan import GB, grid_architecture, plan_budget, train_job_for, train_memory
+
+    config = _paper_config()
+    grid = config["grids"]["paper"]
+    grid["models"]["llama-3b"]["train_gpus"] = 1
+    rl = {**cell_rl(config, "paper", "llama-3b", "math"), "micro_batch_size": 8, "activation_checkpointing": True}
+    arch = grid_architecture(grid, "llama-3b")
+    m = train_memory(arch, train_job_for(grid, "llama-3b", {**rl, "val_batch_size": 256}, 512, True, 8, True))
+    assert m["validation"] > 80 * GB > plan_budget(grid) and m["held"] / GB == pytest.approx(45.0, abs=0.1)
+    first = train_memory(arch, train_job_for(grid, "llama-3b", {**rl, "val_batch_size": 256}, 512, True, 8, True),
+                         first_step=True)
+    assert first["validation"] < m["validation"] - 25 * GB   # at step 0 AdamW has no state: it passed, then
 
 
 def test_a_run_is_given_numbers_never_auto():
@@ -97,8 +126,11 @@ def test_a_run_is_given_numbers_never_auto():
 
     config = {**_paper_config(), "grid": "paper"}
     settings = _json.loads(GridJobs(config, resolve_rl=resolve_memory).train_settings("llama-3b", "math", "soft", 0))
-    assert settings["micro_batch_size"] == 4 and settings["activation_checkpointing"] is False
+    assert isinstance(settings["micro_batch_size"], int) and isinstance(settings["activation_checkpointing"], bool)
+    assert isinstance(settings["val_batch_size"], int) and settings["validation_cot_max_tokens"] == 512
     TrainConfig.from_settings(settings)
+    with pytest.raises(ValueError, match="auto is chosen by the memory plan"):
+        TrainConfig.from_settings({**settings, "val_batch_size": "auto"})
     with pytest.raises(ValueError, match="auto is chosen by the memory plan"):
         TrainConfig.from_settings({**settings, "micro_batch_size": "auto"})
 
@@ -152,3 +184,85 @@ def test_auto_picks_a_large_micro_batch_for_the_paper_cell_on_one_80gb_gpu():
     config = load_config(Path(__file__).resolve().parents[1] / "config.yaml", loader_kind)
     chosen = resolve_memory(config, "mini", "llama-3b", cell_rl(config, "mini", "llama-3b", "gsm8k"))
     assert chosen["micro_batch_size"] >= 8
+
+
+def test_each_phase_of_a_cpu_run_stays_within_its_host_plan(tmp_path):
+    """The tiny model's loop on this CPU (one process, soft tokens, the paper's float32 master weights): the process's
+    resident memory, sampled every half millisecond, peaks in each phase (rollout, update, greedy validation, a
+    staged save) below what sizing.host plans for that phase, the memory a job declares. Freed memory is handed
+    back to the system between phases (malloc_trim), so a phase is not charged with the one before it."""
+    import ctypes
+    import gc
+    import threading
+    import time
+
+    import psutil
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from softtokens.data.prompt import format_prompt
+    from softtokens.data.toy import toy_splits
+    from softtokens.gpucheck.models import check_tokenizer
+    from softtokens.gpucheck.train_check import synthetic_grade
+    from softtokens.sizing.host import train_host
+    from softtokens.sizing.plan import LOOP_PHASES, TrainJob
+    from softtokens.train.config import TrainConfig
+    from softtokens.train.loop import Trainer
+
+    libc = ctypes.CDLL("libc.so.6")
+    tok = check_tokenizer(16384)   # a vocabulary of 16k: the head and E are most of the model, as in the paper's
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    rows = toy_splits(64, 16, 1, seed=3)
+    rl = dict(prompts_per_step=2, samples_per_prompt=8, steps=2, warmup_steps=1, cot_max_tokens=24,
+              answer_max_tokens=4, val_every=2, val_size=16, val_batch_size=16, micro_batch_size=8,
+              compute_dtype="float32", resume_save_steps=1)
+    proc, phase, samples, done = psutil.Process(), [None], [], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            samples.append((phase[0], proc.memory_info().rss))
+            time.sleep(0.0005)
+
+    def during(obj, name, label):
+        real = getattr(obj, name)
+
+        def wrapped(*args, **kwargs):
+            gc.collect()
+            libc.malloc_trim(0)
+            before, phase[0] = phase[0], label
+            try:
+                return real(*args, **kwargs)
+            finally:
+                phase[0] = before
+        setattr(obj, name, wrapped)
+
+    trainer = Trainer(TrainConfig.paper("soft", 0, 1e-4, **rl), str(tmp_path / "model"), rows["train"],
+                      rows["validation"], tmp_path / "_resume", grader=synthetic_grade)
+    during(trainer, "train_step", "update")   # the step less its rollout (below, nested inside it)
+    during(trainer, "rollouts", "rollout")
+    during(trainer, "validate", "validation")
+    during(trainer.store, "save", "staged save")
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        trainer.run()
+    finally:
+        done.set()
+        sampler.join()
+        trainer.close()
+    prompt = max(len(tok(format_prompt(r["question"]))["input_ids"]) for r in rows["train"])
+    from softtokens.sizing.plan import _from_config_json
+
+    arch = _from_config_json(json.dumps({**cfg.to_dict(), "model_type": "llama"}), "tiny")
+    job = TrainJob(processes=1, rows=16, micro_batch=8, prompt_tokens=prompt, cot_tokens=24, answer_tokens=4,
+                   continuous=True, compute_dtype="float32", val_rows=16, val_cot_tokens=24)
+    plan = train_host(arch, job, on_gpu=False)
+    for name in LOOP_PHASES:
+        measured = max((rss for p, rss in samples if p == name), default=None)
+        assert measured is not None, name
+        assert measured <= plan[name], (name, measured / 1e6, plan[name] / 1e6)

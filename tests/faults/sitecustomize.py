@@ -11,6 +11,8 @@ then patches the training loop when the loop is first imported:
   tokenizer, schedule and optimizer shards written, no manifest), ``sealed`` (the manifest written,
   not yet in place) or ``retired`` (the old ``latest`` renamed ``previous``, the new one not yet
   ``latest``);
+- ``fail_save_on_rank=R``: every background save of process R fails (as a full disk fails a write), the other
+  processes' saves succeed;
 - ``sigkill_at_step=N``: the training process is SIGKILLed before step N + 1, as the kernel's OOM killer
   ends a process (exit status 137, nothing flushed);
 - ``machine_memory=TOTAL_MB:AVAILABLE_MB``: this machine reports that much memory (sizing.host.machine_memory),
@@ -44,6 +46,16 @@ def _inject(loop) -> None:
                 raise RuntimeError(f"injected crash while writing the latest checkpoint of step {n}")
             return real_write(self, checkpoint, *args, **kwargs)
         loop.TrainerState.write = write
+    elif kind == "fail_save_on_rank":
+        writer = sys.modules["softtokens.train.saving"].SaveWriter
+        real_submit = writer._submit
+
+        def _submit(self, step, write):
+            if self.store.dp.rank == n:
+                def write(step=step):
+                    raise OSError(28, f"No space left on device (injected in the save of step {step})")
+            return real_submit(self, step, write)
+        writer._submit = _submit
     elif kind == "sigkill_at_step":
         real_step = loop.Trainer.train_step
 
@@ -59,7 +71,7 @@ def _inject(loop) -> None:
         _kill_in_save(sys.modules["softtokens.train.saving"].SaveWriter, int(step), phase)
     else:
         raise ValueError(f"SOFTTOKENS_TEST_FAULT={FAULT!r}: crash_at_step=N, crash_in_save=N, kill_in_save=N:PHASE, "
-                         "sigkill_at_step=N or machine_memory=TOTAL_MB:AVAILABLE_MB")
+                         "fail_save_on_rank=R, sigkill_at_step=N or machine_memory=TOTAL_MB:AVAILABLE_MB")
 
 
 def _machine(host) -> None:

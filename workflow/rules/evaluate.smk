@@ -28,7 +28,7 @@ rule evaluate:
     benchmark:
         bench_of("evaluate", EVALUATE_JOB)
     shell:
-        "python -m softtokens evaluate --settings {params.settings:q} {params.expect} --setting {params.names} {params.model_arg} --data {input.data} --out {output.results} --threads {threads} > {log} 2>&1 || python -m softtokens exit-note $? --job '{rule} {wildcards}' --mem-mb {resources.mem_mb} --log {log}"
+        "python -m softtokens evaluate --settings {params.settings:q} {params.expect} --setting {params.names} {params.model_arg} --data {input.data} --out {output.results} --threads {threads} > {log} 2>&1 || python -m softtokens exit-note $? --job 'evaluate {wildcards}' --mem-mb {resources.mem_mb} --log {log}"
 
 
 rule evaluate_loglik:
@@ -52,4 +52,4 @@ rule evaluate_loglik:
     benchmark:
         bench_of("evaluate_loglik", EVAL_JOB)
     shell:
-        "python -m softtokens evaluate-loglik --settings {params.settings:q} {params.expect} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1 || python -m softtokens exit-note $? --job '{rule} {wildcards}' --mem-mb {resources.mem_mb} --log {log}"
+        "python -m softtokens evaluate-loglik --settings {params.settings:q} {params.expect} {params.model_arg} --data {input.data} --out {output.result} --threads {threads} > {log} 2>&1 || python -m softtokens exit-note $? --job 'evaluate_loglik {wildcards}' --mem-mb {resources.mem_mb} --log {log}"

@@ -42,4 +42,4 @@ rule build_packaged_base:
     benchmark:
         bench_of("build_packaged_base", "{model}")
     shell:
-        "python -m softtokens build-packaged-base --settings {params.settings:q} --out {output.model} --threads {threads} > {log} 2>&1 || python -m softtokens exit-note $? --job '{rule} {wildcards}' --mem-mb {resources.mem_mb} --log {log}"
+        "python -m softtokens build-packaged-base --settings {params.settings:q} --out {output.model} --threads {threads} > {log} 2>&1 || python -m softtokens exit-note $? --job 'build_packaged_base {wildcards}' --mem-mb {resources.mem_mb} --log {log}"

@@ -71,7 +71,9 @@ def cmd_train(a) -> None:
     from softtokens.run.config import LOGGING_DEFAULTS
 
     logging = None if a.tensorboard is None else {**LOGGING_DEFAULTS, **json.loads(a.logging or "{}")}
-    trainer = Trainer(cfg, a.base, read_jsonl(a.train), read_jsonl(a.validation), Path(a.state_dir), a.threads,
+    # the job's CPUs shared by its processes (one per GPU): each its own part, none oversubscribed
+    threads = max(1, a.threads // int(os.environ.get("WORLD_SIZE", "1")))
+    trainer = Trainer(cfg, a.base, read_jsonl(a.train), read_jsonl(a.validation), Path(a.state_dir), threads,
                       logging=logging, run_name=Path(a.metrics).parent.as_posix())
     if trainer.dp.is_main:   # a local directory hashed beside the training; a hub id: the commit loaded
         record_base_model(prov, a.base, trainer.base_revision, background=True)
@@ -148,11 +150,14 @@ def cmd_plan(a) -> None:
     from softtokens.data.sources import loader_kind
     from softtokens.report.page import our_tables
     from softtokens.run.config import load_config
+    from softtokens.sizing.host import host_table
     from softtokens.sizing.plan import (
+        DEFAULT_MARGIN,
         USABLE_SHARE,
         PlanError,
         check_plan,
         grid_plan,
+        plan_budget,
         plan_table,
     )
 
@@ -166,10 +171,14 @@ def cmd_plan(a) -> None:
 
         print(json.dumps(bill_json(written, grid, load_throughput(a.throughput)), indent=1))
         return
-    gpu_gb = config["grids"][grid].get("memory_plan", {}).get("gpu_memory_gb")
-    print(f"grid {grid}: GB (1e9 bytes) per GPU; "
-          + (f"fits = peak <= {USABLE_SHARE:.0%} of {gpu_gb} GB" if gpu_gb else "no GPU memory declared (not checked)"))
-    print(plan_table(grid_plan(config, grid), gpu_gb))
+    memory_plan = config["grids"][grid].get("memory_plan", {})
+    budget = plan_budget(config["grids"][grid])
+    print(f"grid {grid}: GB (1e9 bytes) per GPU; " + (
+        f"fits = every phase's peak <= {budget / 1e9:.1f} GB ({USABLE_SHARE:.0%} of {memory_plan['gpu_memory_gb']} GB "
+        f"less the margin, memory_plan.margin {memory_plan.get('margin', DEFAULT_MARGIN):.0%} of the card)"
+        if budget else "no GPU memory declared (not checked)"))
+    print(plan_table(grid_plan(config, grid), budget))
+    print(host_table(config, grid))
     benchmarks = config["grids"][grid]["evaluation"].get("benchmarks", [])
     from softtokens.cost.forecast import grid_gpus_per_node
 

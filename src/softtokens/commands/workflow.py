@@ -263,7 +263,7 @@ def startup(config: dict, workflow) -> object:
             raise WorkflowError(f"target(s) outside grid {config['grid']!r} (config.yaml):\n  " + "\n  ".join(bad)
                                 + "\nAdd them to the grid's training cells or evaluation to make them.")
         if args.executor in LOCAL_EXECUTORS:
-            bound_local_memory(workflow, jobs, args.dryrun)
+            bound_local_memory(workflow, jobs, bool(args.dryrun or getattr(args, "lint", None)))
         if args.executor == "slurm":
             problems = preflight(config, config["grid"], getattr(args, "slurm_status_command", None))
             if problems and args.dryrun:

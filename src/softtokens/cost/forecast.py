@@ -9,7 +9,9 @@ runs as long as its longest row: an upper bound where CoTs stop early, close whe
 
 - a training run on P GPUs: ``steps`` x (S x decode step of B·G/P rows on one GPU, every GPU decoding
   its share at once: rollouts do not divide over GPUs, the rows do + the update of B·G x (prompt + S)
-  tokens, whose FLOPs divide over the P GPUs) + every greedy validation (its rows over P, S steps) +
+  tokens, whose FLOPs divide over the P GPUs) + every greedy validation (its rows over P, decoded in waves of
+  the plan's val_batch_size slots, its own CoT cap) + the grading of every answer by the process's workers
+  (rates.throughput.GRADING_ANSWERS_PER_S, measured) +
   the saves the loop makes (train.config.save_schedule: the resume state at every validation and every
   ``resume_save_steps``, a best checkpoint at most once per validation), each blocking the run only
   while it is staged to host memory (the write runs in the background: train.resume);
@@ -38,9 +40,16 @@ from softtokens.cells.paper import CELL_KEYS
 from softtokens.cost import ledger
 from softtokens.data.prompt import PREFILL_TOKENS
 from softtokens.data.sources import test_size
-from softtokens.rates.throughput import DEFAULT, DEFAULT_FILES, Throughput, throughput_from_gpu_check
+from softtokens.rates.throughput import (
+    DEFAULT,
+    DEFAULT_FILES,
+    GRADING_ANSWERS_PER_S,
+    Throughput,
+    throughput_from_gpu_check,
+)
+from softtokens.reward.pool import pool_size
 from softtokens.run import paths
-from softtokens.run.config import cell_rl
+from softtokens.run.config import cell_rl, validation_cot_cap
 from softtokens.run.jobs import GPU_KINDS, GridJobs, train_processes
 from softtokens.run.names import is_sampled, setting_mode
 from softtokens.sizing.gpus import with_resolved_gpus
@@ -176,19 +185,26 @@ def train_seconds(jobs: GridJobs, config: dict, grid_name: str, run, rates: Thro
     update = rates.update_s(run.mode, n * (prompt + S), P, bool(rl["activation_checkpointing"]), micro_batches)
     validations = 1 + math.ceil(rl["steps"] / rl["val_every"])
     val_rows = min(rl["val_size"], grid["datasets"][run.dataset].get("validation_size", rl["val_size"]))
-    validation = validations * S * rates.decode_s(run.mode, math.ceil(val_rows / P))
-    compute = rl["steps"] * (rollout + update) + validation
+    # greedy validation decodes a process's rows through its val_batch_size slots, in waves (the plan's choice)
+    waves, at_once = _batches(math.ceil(val_rows / P), int(rl["val_batch_size"]))
+    S_val = validation_cot_cap(rl, grid["evaluation"]) + PREFILL_TOKENS + rl["answer_max_tokens"]
+    validation = validations * waves * S_val * rates.decode_s(run.mode, at_once)
+    # a step's answers (and a validation's) graded by the process's workers while its GPU waits (reward.pool)
+    workers = pool_size(max(1, jobs.threads("train", run.model) // P))
+    per_answer = math.ceil(n / P / workers) / GRADING_ANSWERS_PER_S
+    grading = rl["steps"] * per_answer + validations * math.ceil(val_rows / P / workers) / GRADING_ANSWERS_PER_S
+    compute = rl["steps"] * (rollout + update) + validation + grading
     # the saves the loop makes (train.config.save_schedule), each blocking the run only while it is staged to
     # host memory (train.resume writes it in the background): a best checkpoint at most once per validation
     counts = save_schedule(rl["steps"], rl["val_every"], rl["resume_save_steps"])
     saves = counts["latest"] * rates.stage_s(P, optimizer=True) + counts["best"] * rates.stage_s(P, optimizer=False)
     return {"rollout_step": rollout, "update_step": update, "rollout": rl["steps"] * rollout,
-            "update": rl["steps"] * update, "validation": validation, "saves": saves,
+            "update": rl["steps"] * update, "validation": validation, "grading": grading, "saves": saves,
             "saves_latest": counts["latest"], "saves_best": counts["best"], "total": compute + saves}
 
 
 # where a job's GPU-hours go: a training run's parts (train_seconds), an evaluation, a log-likelihood job
-TRAIN_PHASES = ("rollout", "update", "validation", "saves")
+TRAIN_PHASES = ("rollout", "update", "validation", "grading", "saves")
 PHASES = (*TRAIN_PHASES, "evaluate", "loglik")
 PHASE_OF_RULE = {"evaluate": "evaluate", "evaluate_loglik": "loglik"}
 JOB_COLUMNS = ["job", "rule", "model", "wall_s", "gpus", "gpu_hours", "step_s", *(f"{p}_gpu_h" for p in PHASES),

@@ -79,6 +79,10 @@ def check_engine(report: Report, model, tok, shape: CheckShape, sigma: float, de
         out["attention_ab"] = _attention_ab(report, engine, prompts, seeds, sigma, shape, dev,
                                             out["settings"]["soft_sample"]["bound_ms_per_step"])
         report.write()
+        if out["attention_ab"].get("flex", {}).get("declined") and not (deadline and time.monotonic() > deadline):
+            out["attention_ab_flex_shape"] = _attention_ab_at_a_flex_shape(report, tok, prompts, seeds, sigma, shape,
+                                                                            dev, bandwidth)
+            report.write()
     if speed:
         return
     out["decode_curve"] = _decode_curve(engine, rows, sigma, shape, dev)
@@ -208,6 +212,35 @@ def _attention_ab(report: Report, engine: CotEngine, prompts, seeds, sigma: floa
         report.check(sec, "FlexAttention decode ran", None, out.get("flex", {}).get("error", "not run"),
                      "reported (SDPA stays the default)")
     print(f"[gpu-check] engine attention A/B: {out}", flush=True)
+    return out
+
+
+# the model whose attention FlexAttention's split-K decoding kernel can take (a group of 4 query heads per key-value
+# head, a power of two): Llama-3.1-8B's layout, its first FLEX_AB_LAYERS layers (the A/B is per attention call)
+FLEX_AB_MODEL, FLEX_AB_LAYERS = "meta-llama/Llama-3.1-8B-Instruct", 4
+
+
+def _attention_ab_at_a_flex_shape(report: Report, tok, prompts, seeds, sigma: float, shape: CheckShape, dev,
+                                  bandwidth: float) -> dict:
+    """The attention A/B where the checked model's group declines flex (Llama-3.2-3B's is 3): the same rows and
+    CoT on random weights of Llama-3.1-8B's attention layout, FLEX_AB_LAYERS layers, in the compute dtype, so
+    the choice of the default attention rests on a shape a paper model decodes with (engine.flex_decode)."""
+    from softtokens.gpucheck.models import architecture_config, random_model
+
+    if dev.type != "cuda":
+        report.check("engine", "attention A/B at a shape flex can take (group 4)", None, "no CUDA device")
+        return {"skipped": "no CUDA device"}
+    fields = {**architecture_config(FLEX_AB_MODEL), "num_hidden_layers": FLEX_AB_LAYERS}
+    model = random_model(fields, tok, getattr(torch, shape.rl["compute_dtype"]), dev)
+    engine = CotEngine(model, tok)
+    try:
+        weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        bound_ms = 1e3 * weight_bytes / bandwidth
+        out = _attention_ab(report, engine, prompts, seeds, sigma, shape, dev, bound_ms)
+        out["model"] = f"{FLEX_AB_MODEL}, first {FLEX_AB_LAYERS} layers, random weights"
+    finally:
+        del engine, model
+        release(dev)
     return out
 
 

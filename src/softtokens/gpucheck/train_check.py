@@ -145,7 +145,8 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
     job = TrainJob(processes=trainer.dp.world, rows=shape.rows, micro_batch=cfg.micro_batch_size,
                    prompt_tokens=prompt_len, cot_tokens=cfg.cot_max_tokens, answer_tokens=cfg.answer_max_tokens,
                    continuous=mode != "hard", param_dtype=cfg.param_dtype, compute_dtype=cfg.compute_dtype,
-                   checkpointing=cfg.activation_checkpointing, optimizer=trainer.optimizer_kind)
+                   checkpointing=cfg.activation_checkpointing, optimizer=trainer.optimizer_kind,
+                   val_rows=cfg.val_batch_size, val_cot_tokens=cfg.validation_cot_max_tokens)
     plan = train_memory(arch, job, first_step=len(steps) == 1)
     planned = {phase: plan[phase] for phase in ("held", "rollout", "update")}
     result["optimizer"] = trainer.optimizer_kind
@@ -161,11 +162,19 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
                       {k: gb(v) for k, v in plan.items()})
 
     report.write()
+    if master_check:   # the loop's other phases, at the plan's rows: what `auto` sized (sizing.plan)
+        _loop_phases(report, result, trainer, rows, len(steps), arch, job, dev, mode)
     if master_check or speed:   # one more update, profiled (gpucheck.update_profile): the first mode, or each
         from softtokens.gpucheck.update_profile import profile_update
 
+        reset_peak(dev)
         prof = result["update_profile"] = profile_update(trainer, len(steps), dev, arch.parameters,
                                                           cfg.activation_checkpointing)
+        # AdamW has state now whatever the steps before: the update's steady-state peak beside its plan
+        steady = train_memory(arch, job, first_step=False)
+        memory_check(report, sec, f"{mode}: update memory per GPU after a warm step (steady state)",
+                     peak_bytes(dev) if dev.type == "cuda" else None, steady["update"],
+                     {k: gb(v) for k, v in steady.items()})
         report.write()
         print(f"[gpu-check] training {mode} update profile: " + str({k: v for k, v in prof.items()
                                                                       if k != "top_kernels"}), flush=True)
@@ -231,3 +240,39 @@ def _train_mode(report, result, base: Path, rows, shape: CheckShape, arch, mode:
     trainer.close()
     del trainer
     shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _loop_phases(report, result, trainer, rows, done: int, arch, job, dev, mode: str) -> None:
+    """Greedy validation at the plan's slots (val_batch_size rows at once, its CoT cap) and a staged save of the
+    resume state, each's device peak beside its phase of the plan (after a step: AdamW has state), and the time a
+    save blocks the run (what the forecast's staging rate is: rates.throughput.STAGING_GBPS)."""
+    from softtokens.sizing.plan import train_memory
+
+    sec, cfg = "training", trainer.cfg
+    plan = train_memory(arch, job, first_step=False)
+    terms = {k: gb(v) for k, v in plan.items()}
+    trainer.val_rows = [rows["train"][i % len(rows["train"])] for i in range(cfg.val_batch_size * trainer.dp.world)]
+    reset_peak(dev)
+    t0 = time.perf_counter()
+    trainer.validate(done)
+    sync(dev)
+    result["validation"] = {"rows_at_once": cfg.val_batch_size, "cot": cfg.validation_cot_max_tokens,
+                            "seconds": round(time.perf_counter() - t0, 2), "peak_GB": gb(peak_bytes(dev)),
+                            "planned_GB": gb(plan["validation"])}
+    memory_check(report, sec, f"{mode}: greedy validation memory per GPU ({cfg.val_batch_size} rows at once)",
+                 peak_bytes(dev) if dev.type == "cuda" else None, plan["validation"], terms)
+    report.write()
+    reset_peak(dev)
+    t0 = time.perf_counter()
+    trainer.save("latest", done, with_optimizer=True)
+    sync(dev)
+    blocking = time.perf_counter() - t0
+    peak = peak_bytes(dev)
+    trainer.store.wait()
+    result["staged_save"] = {"seconds_blocking": round(blocking, 2), "seconds": round(time.perf_counter() - t0, 2),
+                             "peak_GB": gb(peak), "planned_GB": gb(plan["staged save"])}
+    memory_check(report, sec, f"{mode}: a staged save's memory per GPU (weights and AdamW state)",
+                 peak if dev.type == "cuda" else None, plan["staged save"], terms)
+    report.check(sec, f"{mode}: seconds a save of the resume state blocks the run (staged to host memory)", None,
+                 result["staged_save"]["seconds_blocking"], "reported (the forecast's staging rate)")
+    report.write()

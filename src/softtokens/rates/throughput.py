@@ -31,6 +31,10 @@ from softtokens.run.names import CONTINUOUS_MODES, MODES, setting_mode
 # host memory a save's state is copied to per second (pageable copies on an H100 node; a stated value: no
 # gpu-check measures the staging yet): what an asynchronous save costs the run it blocks
 STAGING_GBPS = 10.0
+# answers one grading worker grades per second (reward.pool, math-verify through the paper's reward): 1,000 at one
+# worker, 1,818 at two, on the gold shapes of MATH-500, OlympiadBench, DeepScaleR and GSM8K with right and wrong
+# completions (`python benchmarks/grading_speed.py --pool 1 2`, 2026-11-29, a 2-core Xeon: 852 answers x 5 rounds)
+GRADING_ANSWERS_PER_S = 1000.0
 # the paper's RLOO step replays every row's prompt and steps: forward and backward are 2 + 4 FLOPs per
 # parameter and token; activation checkpointing runs the forward again
 FLOPS_PER_PARAM_TOKEN = {False: 6.0, True: 8.0}

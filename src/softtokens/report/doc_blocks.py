@@ -90,11 +90,11 @@ def paper_memory_plan_block(root: Path) -> str:
 
     from softtokens.data.sources import loader_kind
     from softtokens.run.config import check_config
-    from softtokens.sizing.plan import grid_plan, plan_table
+    from softtokens.sizing.plan import grid_plan, plan_budget, plan_table
 
     config = yaml.safe_load((root / "config.yaml").read_text())
     check_config(config, loader_kind)
-    return plan_table(grid_plan(config, "paper"), config["grids"]["paper"]["memory_plan"]["gpu_memory_gb"])
+    return plan_table(grid_plan(config, "paper"), plan_budget(config["grids"]["paper"]))
 
 
 def paper_claims_block(root: Path) -> str:

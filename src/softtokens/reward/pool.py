@@ -61,6 +61,15 @@ def _end(proc, conn) -> None:
     conn.close()
 
 
+MAX_WORKERS = 8   # past this the answers of a step (64 rows of the paper, split over the GPUs) wait for none
+
+
+def pool_size(cpus: int) -> int:
+    """Grading workers for a process with ``cpus`` CPUs: one CPU left to the process itself (its host work, the
+    GPU's launches), the rest grading, at most MAX_WORKERS; at least one."""
+    return max(1, min(MAX_WORKERS, cpus - 1))
+
+
 class GradingPool:
     def __init__(self, workers: int = 1, timeout_s: float = GRADING_TIMEOUT_S, grade_fn=grade):
         """``grade_fn(completion, gold, timeout_s) -> Grade``, a module-level function (the workers

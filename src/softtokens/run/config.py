@@ -315,6 +315,19 @@ def cell_rl(config: dict, grid_name: str, model: str, dataset: str, variant: str
     return rl
 
 
+def validation_cot_cap(rl: dict, evaluation: dict | None = None) -> int:
+    """The CoT cap of greedy validation (rl's ``validation_cot_max_tokens``): the run's own cap (`training`), the
+    grid's evaluation cap (`evaluation`) or a number."""
+    choice = rl["validation_cot_max_tokens"]
+    if choice == "training":
+        return int(rl["cot_max_tokens"])
+    if choice == "evaluation":
+        if evaluation is None:
+            raise ValueError("validation_cot_max_tokens: evaluation needs the grid's evaluation block")
+        return int({**EVAL_DEFAULTS, **evaluation}["cot_max_tokens"])
+    return int(choice)
+
+
 def resolved_rl(config: dict, grid_name: str) -> dict:
     """The paper's RL hyper-parameters with config.yaml's and then the grid's overrides applied."""
     return {**PAPER_RL, **config.get("rl", {}), **config["grids"][grid_name].get("rl", {})}

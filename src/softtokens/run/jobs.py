@@ -12,7 +12,7 @@ import json
 import os
 
 from softtokens.run import paths
-from softtokens.run.config import cell_lr, cell_rl, resolved_logging
+from softtokens.run.config import cell_lr, cell_rl, resolved_logging, validation_cot_cap
 from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS, TOY_SOURCE, built_by_workflow, packaged_name
 from softtokens.run.paths import Run, parse_arm, parse_trained
 from softtokens.run.provenance import config_hash
@@ -104,6 +104,7 @@ class GridJobs(GridTargets):
         the workflow hands in the resolver), mode, seed and learning rate."""
         mode, variant = parse_arm(arm)
         rl = cell_rl(self.config, self.name, model, dataset, variant)
+        rl["validation_cot_max_tokens"] = validation_cot_cap(rl, self.grid["evaluation"])
         if self.resolve_rl is not None:
             rl = self.resolve_rl(self.config, self.name, model, rl, mode != "hard")
         s = dict(rl, mode=mode, seed=int(seed), lr=cell_lr(self.config, self.name, model, dataset, variant))

@@ -27,9 +27,8 @@ class GridTargets(SweepTargets):
     evaluations, tables, figures and reports, and the rows of its ablation tables."""
 
     def __init__(self, config: dict, environ: dict | None = None, resolve_rl=None, host_mb=None):
-        """``resolve_rl(config, grid, model, rl, continuous) -> rl``: what turns a cell's `auto` memory
-        settings into numbers (sizing.plan.resolve_memory, handed in: this layer sits below it);
-        ``host_mb(kind, wildcards) -> int``: a job's host memory (sizing.host.HostPlan.mb), what it declares."""
+        """``resolve_rl(config, grid, model, rl, continuous) -> rl`` turns a cell's `auto` memory settings into
+        numbers (sizing.plan.resolve_memory), ``host_mb(kind, wildcards)`` is a job's host memory (sizing.host)."""
         self.config, self.environ, self.resolve_rl, self.host_mb = config, environ, resolve_rl, host_mb
         self.name = config["grid"]
         self.grid = config["grids"][self.name]

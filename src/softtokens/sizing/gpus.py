@@ -9,17 +9,16 @@ from __future__ import annotations
 from softtokens.run.config import cell_rl
 from softtokens.run.jobs import train_processes
 from softtokens.sizing.plan import (
-    AUTO_HEADROOM,
-    GB,
-    USABLE_SHARE,
+    PREFERRED_MICRO_BATCH,
     grid_architecture,
+    plan_budget,
     resolve_memory,
     train_job_for,
     train_memory,
 )
 
 GPU_CHOICES = (1, 2, 4, 8)   # GPUs a training run may take (one node)
-AUTO_GPUS_MIN_MICRO_BATCH = 8
+AUTO_GPUS_MIN_MICRO_BATCH = PREFERRED_MICRO_BATCH
 
 
 def auto_gpus(config: dict, grid_name: str, model: str) -> tuple[int, str]:
@@ -33,7 +32,7 @@ def auto_gpus(config: dict, grid_name: str, model: str) -> tuple[int, str]:
     cells = [c for c in grid["training"] if c["model"] == model]
     if not cells:
         return train_processes(grid, model), "no training cell of this model in the grid: as written"
-    budget = USABLE_SHARE * grid["memory_plan"]["gpu_memory_gb"] * GB / AUTO_HEADROOM
+    budget = plan_budget(grid)
     arch = grid_architecture(grid, model)
     prompt = int(grid.get("memory_plan", {}).get("prompt_tokens", 512))
     for gpus in GPU_CHOICES:

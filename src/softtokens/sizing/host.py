@@ -16,7 +16,17 @@ from __future__ import annotations
 
 import math
 
-from softtokens.sizing.plan import GB, Architecture, TrainJob, eval_memory, loglik_memory, sharded_bytes, train_memory
+from softtokens.sizing.plan import (
+    BYTES,
+    GB,
+    LOOP_PHASES,
+    Architecture,
+    TrainJob,
+    eval_memory,
+    loglik_memory,
+    sharded_bytes,
+    train_memory,
+)
 
 PROCESS_BYTES = 0.6e9   # python, torch, transformers and softtokens imported: 0.39 GB RSS measured, rounded up
 GRADER_BYTES = 0.3e9    # the grading pool's worker process (math-verify, sympy)
@@ -25,22 +35,25 @@ MB = 1e6
 
 
 def loading_bytes(arch: Architecture, param_dtype_bytes: int = 4) -> int:
-    """A model as from_pretrained builds it on the CPU: its parameters in the load dtype, and while a weights
-    file is read, the file's tensors beside them (transformers copies them in one by one: at most the largest
-    file's share; counted as a second copy, the worst case of a one-file model)."""
-    return 2 * arch.parameters * param_dtype_bytes
+    """A model as from_pretrained builds it on the CPU, in the load dtype, and the largest tensor read beside it
+    (safetensors hands each tensor over as it is read). The rollout copy is made one tensor at a time in the
+    compute dtype, on the device (train.sharding.rollout_copy): no second host copy of the model."""
+    return (arch.parameters + max(math.prod(s) for s in arch.shapes)) * param_dtype_bytes
 
 
-def train_host(arch: Architecture, job: TrainJob, on_gpu: bool) -> dict[str, float]:
-    """Bytes of host memory per training process, by phase, and the peak."""
-    base = PROCESS_BYTES + GRADER_BYTES
+def train_host(arch: Architecture, job: TrainJob, on_gpu: bool, main: bool = True, graders: int = 1) -> dict[str, float]:
+    """Bytes of host memory per training process, by phase, and the peak; ``main``: the process that writes the
+    saves (it holds the consolidated weights of a staged save: train.saving); ``graders``: its grading workers."""
+    base = PROCESS_BYTES + graders * GRADER_BYTES
     m = {"process": base, "loading": base + loading_bytes(arch)}
     if on_gpu:
         shard = sharded_bytes(arch, job.processes, 4)
-        m["staging a save"] = base + 3 * shard   # the weights snapshot and AdamW's two moments (float32, pinned)
-    else:
+        # a save staged in host memory: every process its AdamW shards (two moments, float32); the main one the
+        # consolidated float32 weights too
+        m["staging a save"] = base + 2 * shard + (arch.parameters * 4 if main else 0)
+    else:   # every phase of the loop on the host (sizing.plan.LOOP_PHASES)
         device = train_memory(arch, job)
-        for phase in ("rollout", "update"):
+        for phase in LOOP_PHASES:
             m[phase] = base + device[phase]
     m["peak"] = max(m.values())
     return m
@@ -50,7 +63,7 @@ def eval_host(arch: Architecture, on_gpu: bool, batch: int, prompt_tokens: int, 
               answer_tokens: int, compute_dtype: str) -> dict[str, float]:
     """Bytes of host memory of an evaluation (math, under one or every inference setting)."""
     base = PROCESS_BYTES + GRADER_BYTES
-    m = {"loading": base + loading_bytes(arch)}
+    m = {"loading": base + loading_bytes(arch, BYTES[compute_dtype])}   # loaded in the compute dtype (eval.math_eval)
     if not on_gpu:
         m["decoding"] = base + eval_memory(arch, batch, prompt_tokens, cot_tokens, answer_tokens, compute_dtype)["peak"]
     m["peak"] = max(m.values())
@@ -59,16 +72,16 @@ def eval_host(arch: Architecture, on_gpu: bool, batch: int, prompt_tokens: int, 
 
 def loglik_host(arch: Architecture, on_gpu: bool, batch: int, prompt_tokens: int, compute_dtype: str) -> dict:
     base = PROCESS_BYTES
-    m = {"loading": base + loading_bytes(arch)}
+    m = {"loading": base + loading_bytes(arch, BYTES[compute_dtype])}
     if not on_gpu:
         m["scoring"] = base + loglik_memory(arch, batch, prompt_tokens, compute_dtype=compute_dtype)["peak"]
     m["peak"] = max(m.values())
     return m
 
 
-def declared_mb(peak_bytes: float, processes: int = 1) -> int:
-    """What a job declares (Snakemake's mem_mb, the SLURM request): every process's peak with HOST_MARGIN."""
-    return int(math.ceil(processes * peak_bytes * HOST_MARGIN / MB / 100) * 100)
+def declared_mb(peak_bytes: float) -> int:
+    """What a job declares (Snakemake's mem_mb, the SLURM request): its peak with HOST_MARGIN, in 100 MB."""
+    return int(math.ceil(peak_bytes * HOST_MARGIN / MB / 100) * 100)
 
 
 def gb(n: float) -> str:
@@ -88,8 +101,13 @@ class HostPlan:
         self.prompt = int(self.grid.get("memory_plan", {}).get("prompt_tokens", 512))
         self.eval = {**EVAL_DEFAULTS, **self.grid["evaluation"]}
         self.rl = resolved_rl(config, grid_name)
+        # a training process's grading workers: its share of the job's CPUs (reward.pool.pool_size)
+        from softtokens.reward.pool import pool_size
 
-    def train(self, model: str, dataset: str, arm: str) -> dict[str, float]:
+        train = self.grid.get("resources", {}).get("train", {})
+        self.graders = pool_size(int(train.get("cpus_per_gpu", 1)) if self.on_gpu else 1)
+
+    def train(self, model: str, dataset: str, arm: str, main: bool = True) -> dict[str, float]:
         from softtokens.run.config import cell_rl
         from softtokens.run.paths import parse_arm
         from softtokens.sizing.plan import grid_architecture, resolve_memory, train_job_for
@@ -99,7 +117,7 @@ class HostPlan:
                             mode != "hard")
         job = train_job_for(self.grid, model, rl, self.prompt, mode != "hard", rl["micro_batch_size"],
                             bool(rl["activation_checkpointing"]))
-        return train_host(grid_architecture(self.grid, model), job, self.on_gpu)
+        return train_host(grid_architecture(self.grid, model), job, self.on_gpu, main, self.graders)
 
     def evaluate(self, model: str) -> dict[str, float]:
         from softtokens.sizing.plan import grid_architecture
@@ -114,13 +132,21 @@ class HostPlan:
         return loglik_host(grid_architecture(self.grid, model), self.on_gpu, self.eval["loglik_batch_size"],
                            self.prompt, self.rl["compute_dtype"])
 
-    def mb(self, kind: str, wildcards) -> int:
-        """The mem_mb a job of ``kind`` declares, from its wildcards (model, dataset, arm)."""
+    def train_job_bytes(self, model: str, dataset: str, arm: str) -> float:
+        """A training job's host peak over all its processes: they load at once; the main one stages the saves."""
         from softtokens.run.jobs import train_processes
 
+        main = self.train(model, dataset, arm)
+        if not self.on_gpu:
+            return main["peak"]
+        n, other = train_processes(self.grid, model), self.train(model, dataset, arm, main=False)
+        # every process loads at once; later, a save is staged on each (the main one holds the weights too)
+        return max(n * main["loading"], main["staging a save"] + (n - 1) * other["staging a save"])
+
+    def mb(self, kind: str, wildcards) -> int:
+        """The mem_mb a job of ``kind`` declares, from its wildcards (model, dataset, arm)."""
         if kind == "train":
-            peak = self.train(wildcards.model, wildcards.dataset, wildcards.arm)["peak"]
-            return declared_mb(peak, train_processes(self.grid, wildcards.model) if self.on_gpu else 1)
+            return declared_mb(self.train_job_bytes(wildcards.model, wildcards.dataset, wildcards.arm))
         peak = (self.evaluate if kind == "evaluate" else self.loglik)(wildcards.model)["peak"]
         return declared_mb(peak)
 
@@ -145,3 +171,32 @@ def machine_memory() -> tuple[int, int]:
     except (OSError, ValueError):
         pass
     return total, max(available, 0)
+
+
+def host_table(config: dict, grid_name: str) -> str:
+    """`softtokens plan`'s host memory: per training cell and evaluated model, a process's peak by phase, and what
+    the job declares (mem_mb: Snakemake's bound on one machine, the SLURM request on a cluster)."""
+    from types import SimpleNamespace
+
+    from softtokens.run.jobs import GridJobs, train_processes
+
+    plan, jobs = HostPlan(config, grid_name), GridJobs({**config, "grid": grid_name})
+    lines = [f"host memory ({'per GPU process' if plan.on_gpu else 'one CPU process a job'}; GB): the peak of each "
+             "phase, and what the job declares (x processes, x 1.1)",
+             "| job | processes | loading | rollout / update or staging a save | peak | declares (MB) |",
+             "|---|---|---|---|---|---|"]
+    cells = sorted({(r.model, r.dataset, r.mode) for r in jobs.training_runs()})
+    for model, dataset, mode in cells:
+        m = plan.train(model, dataset, mode)
+        later = gb(m["staging a save"]) if plan.on_gpu else f"{gb(m['rollout'])} / {gb(m['update'])}"
+        n = train_processes(plan.grid, model) if plan.on_gpu else 1
+        mb = plan.mb("train", SimpleNamespace(model=model, dataset=dataset, arm=mode))
+        lines.append(f"| train {model}/{dataset}/{mode} | {n} | {gb(m['loading'])} | {later} | {gb(m['peak'])} | "
+                     f"{mb:,} |")
+    for model in sorted({m for m, _ in jobs.evaluated_models()}) if plan.eval["benchmarks"] else []:
+        m = plan.evaluate(model)
+        mb = plan.mb("evaluate", SimpleNamespace(model=model))
+        lines.append(f"| evaluate {model} | 1 | {gb(m['loading'])} | {gb(m['decoding']) if 'decoding' in m else '-'} | "
+                     f"{gb(m['peak'])} | "
+                     f"{mb:,} |")
+    return "\n".join(lines)

@@ -91,6 +91,8 @@ class TrainJob:
     compute_dtype: str = "bfloat16"
     checkpointing: bool = False
     optimizer: str = "fused"    # train.optimizer's AdamW implementation (OPTIMIZER_TEMPORARIES)
+    val_rows: int = 0           # rows a process decodes at once in greedy validation (0: its rollout rows)
+    val_cot_tokens: int = 0     # greedy validation's CoT cap (0: the rollout's)
 
 
 def saved_per_token_layer(arch: Architecture) -> int:
@@ -146,17 +148,28 @@ def train_memory(arch: Architecture, job: TrainJob, first_step: bool = False) ->
     state = 0 if first_step else m["optimizer state"]
     m["held"] = m["master weights"] + state + m["rollout weights"]
     m["rollout"] = m["held"] + m["kv cache"] + m["decode transients"] + m["soft inputs"]
+    # greedy validation: the rollout copy decodes val_rows slots (no recorded inputs), AdamW's state held beside it
+    # once a step has run (validation at step >= 1); a save staged: every process gathers one tensor at a time to
+    # copy it to the host (train.sharding.staged_weights), the largest in param_dtype beside what it holds
+    vrows = job.val_rows or rows
+    vsteps = (job.val_cot_tokens or job.cot_tokens) + PREFILL_TOKENS + job.answer_tokens
+    m["validation kv cache"] = vrows * (job.prompt_tokens + vsteps) * a.layers * 2 * a.kv_heads * a.head_dim * c
+    m["validation"] = (m["held"] + m["validation kv cache"] + copies * 4 * vd + vrows * a.vocab * 4 * 4
+                       + vrows * job.prompt_tokens * (3 * a.hidden + 2 * a.intermediate) * c)
+    m["staged save"] = m["held"] + max(math.prod(s) for s in a.shapes) * p
     m["backward"] = (m["held"] + m["gradients"] + m["soft inputs"] + m["activations"] + m["logits"]
                      + m["gathered weights"] + m["head gradients"])
     # the step: AdamW's state (allocated by it at the first step) and its temporaries beside the gradients
     m["optimizer step"] = m["held"] + m["gradients"] + m["soft inputs"] + m["optimizer temporaries"] \
         + (m["optimizer state"] if first_step else 0)
     m["update"] = max(m["backward"], m["optimizer step"])
-    m["peak"] = max(m["rollout"], m["update"])
+    m["peak"] = max(m[phase] for phase in LOOP_PHASES)
     return m
 
 
-PHASES = ("held", "rollout", "backward", "optimizer step", "update", "peak")
+# every phase a training loop runs, each at the rows it really uses: the peak is the largest (train.loop)
+LOOP_PHASES = ("rollout", "update", "validation", "staged save")
+PHASES = ("held", "rollout", "backward", "optimizer step", "update", "validation", "staged save", "peak")
 
 
 def eval_memory(arch: Architecture, batch: int, prompt_tokens: int, cot_tokens: int, answer_tokens: int,
@@ -195,57 +208,92 @@ def grid_architecture(grid: dict, model: str) -> Architecture:
 
 AUTO = "auto"
 # micro-batches tried by `auto`, largest first; below MIN_FAST_MICRO_BATCH rows a micro-batch's fixed costs
-# (FSDP gathers every layer's weights for each forward and backward) outweigh recomputing activations
+# (FSDP gathers every layer's weights for each forward and backward) outweigh recomputing activations, and
+# PREFERRED_MICRO_BATCH rows or more are preferred to fewer even at the price of recomputing (a named choice:
+# issue 55 sized the GPUs of a run for it; docs/memory-plan.md; a GPU has yet to time (False, 4) against (True, 8))
 MICRO_BATCHES = (64, 32, 16, 8, 4, 2, 1)
 MIN_FAST_MICRO_BATCH = 4
-# what `auto` leaves between its choice's planned peak and the usable memory. The plan is within 2 % of the
-# update peaks measured for llama-3b on one GPU (72.25 GB, foreach AdamW, micro-batch 2, H100; 58.0-58.6 GB,
-# fused AdamW, micro-batch 16, first step, H200: tests/test_plan.py); a choice is made once and an
-# out-of-memory at step 3,000 costs a day, so twice that error is kept free. (It was 10 % while the plan
-# missed the foreach temporary, which made `auto` pick 2-row micro-batches.)
-AUTO_HEADROOM = 1.05
+PREFERRED_MICRO_BATCH = 8
+# what is kept free of a GPU beyond the plan, as a share of the card (the grid's memory_plan.margin, a named choice:
+# docs/memory-plan.md). The plan is within 2 % of the update peaks measured for llama-3b on one GPU (72.25 GB,
+# foreach AdamW, micro-batch 2, H100; 58.0-58.6 GB, fused AdamW, micro-batch 16, first step, H200:
+# tests/test_plan.py); a choice is made once and an out-of-memory at step 3,000 costs a day, so more than twice
+# that error is kept free. `auto` and the per-job check (check_plan) both hold every phase's peak to it.
+DEFAULT_MARGIN = 0.05
+# rows a process may decode at once in greedy validation, tried largest first by `auto`
+VAL_BATCHES = (256, 128, 64, 32, 16, 8, 4, 2, 1)
+
+
+def plan_budget(grid: dict) -> float | None:
+    """Bytes per GPU every phase of a job must fit: USABLE_SHARE of the card less the grid's margin (None: the grid
+    declares no GPU memory, as the CPU grids)."""
+    plan = grid.get("memory_plan", {})
+    if not plan.get("gpu_memory_gb"):
+        return None
+    return (USABLE_SHARE - plan.get("margin", DEFAULT_MARGIN)) * plan["gpu_memory_gb"] * GB
 
 
 def train_job_for(grid: dict, model: str, rl: dict, prompt: int, continuous: bool, micro_batch: int,
                checkpointing: bool) -> TrainJob:
-    return TrainJob(processes=train_processes(grid, model), rows=rl["prompts_per_step"] * rl["samples_per_prompt"],
+    from softtokens.run.config import validation_cot_cap
+
+    processes = train_processes(grid, model)
+    val_rows = -(-rl["val_size"] // processes)
+    val_batch = rl.get("val_batch_size", AUTO)
+    return TrainJob(processes=processes, rows=rl["prompts_per_step"] * rl["samples_per_prompt"],
                     micro_batch=micro_batch, prompt_tokens=prompt, cot_tokens=rl["cot_max_tokens"],
                     answer_tokens=rl["answer_max_tokens"], continuous=continuous, param_dtype=rl["param_dtype"],
-                    compute_dtype=rl["compute_dtype"], checkpointing=checkpointing)
+                    compute_dtype=rl["compute_dtype"], checkpointing=checkpointing,
+                    val_rows=min(val_rows, int(_schema_defaults()["val_batch_size"] if val_batch == AUTO else val_batch)),
+                    val_cot_tokens=validation_cot_cap(rl, grid.get("evaluation")))
 
 
 def resolve_memory(config: dict, grid_name: str, model: str, rl: dict, continuous: bool = True) -> dict:
-    """A training cell's rl with ``micro_batch_size: auto`` and ``activation_checkpointing: auto`` chosen by
-    the memory plan: the fastest that fits the usable share of the grid's memory_plan.gpu_memory_gb with
-    AUTO_HEADROOM to spare.
-    Faster means no recomputation (8 instead of 6 FLOPs a parameter and token) with micro-batches of at
-    least MIN_FAST_MICRO_BATCH rows, then the largest micro-batch; a grid that declares no GPU memory
-    takes the schema's defaults. What is chosen is what the job's settings (and provenance) say."""
+    """A training cell's rl with ``micro_batch_size``, ``activation_checkpointing`` and ``val_batch_size`` `auto`
+    chosen by the memory plan: every phase of the loop (rollout, update, greedy validation, a staged save) within
+    the grid's budget (plan_budget: the usable share of memory_plan.gpu_memory_gb less its margin).
+    Preferred: micro-batches of PREFERRED_MICRO_BATCH rows or more (without recomputation, 6 instead of 8 FLOPs a
+    parameter and token, then with it), then of MIN_FAST_MICRO_BATCH or more, each tier the largest first, without
+    recomputation first; validation decodes the most rows at once that
+    fit (VAL_BATCHES, no more than a process validates). A grid that declares no GPU memory takes the schema's
+    defaults. What is chosen is what the job's settings (and provenance) say."""
     mb_auto, ac_auto = rl["micro_batch_size"] == AUTO, rl["activation_checkpointing"] == AUTO
-    if not (mb_auto or ac_auto):
+    val_auto = rl.get("val_batch_size") == AUTO
+    if not (mb_auto or ac_auto or val_auto):
         return rl
     grid = config["grids"][grid_name]
-    gpu_gb = grid.get("memory_plan", {}).get("gpu_memory_gb")
+    budget = plan_budget(grid)
     out = dict(rl)
-    if not gpu_gb:
+    if budget is None:
         defaults = _schema_defaults()
-        out.update({k: defaults[k] for k, auto in (("micro_batch_size", mb_auto), ("activation_checkpointing", ac_auto))
-                    if auto})
+        out.update({k: defaults[k] for k, auto in (("micro_batch_size", mb_auto), ("activation_checkpointing", ac_auto),
+                                                   ("val_batch_size", val_auto)) if auto})
         return out
     arch = grid_architecture(grid, model)
     prompt = int(grid.get("memory_plan", {}).get("prompt_tokens", 512))
-    rows = -(-rl["prompts_per_step"] * rl["samples_per_prompt"] // train_processes(grid, model))
-    sizes = [m for m in MICRO_BATCHES if m <= rows] if mb_auto else [rl["micro_batch_size"]]
-    checkpointing = (False, True) if ac_auto else (bool(rl["activation_checkpointing"]),)
-    fast = [(ac, m) for ac in checkpointing for m in sizes if m >= MIN_FAST_MICRO_BATCH]
-    candidates = fast + [(ac, m) for ac in checkpointing for m in sizes if (ac, m) not in fast]
-    budget = USABLE_SHARE * gpu_gb * GB / AUTO_HEADROOM
-    chosen = candidates[-1]  # nothing fits: the smallest, which check_plan then reports
-    for ac, m in candidates:
-        if train_memory(arch, train_job_for(grid, model, rl, prompt, continuous, m, ac))["peak"] <= budget:
-            chosen = (ac, m)
-            break
-    out["activation_checkpointing"], out["micro_batch_size"] = chosen
+    processes = train_processes(grid, model)
+    rows = -(-rl["prompts_per_step"] * rl["samples_per_prompt"] // processes)
+    if mb_auto or ac_auto:
+        sizes = [m for m in MICRO_BATCHES if m <= rows] if mb_auto else [rl["micro_batch_size"]]
+        checkpointing = (False, True) if ac_auto else (bool(rl["activation_checkpointing"]),)
+        tiers = ([m for m in sizes if m >= PREFERRED_MICRO_BATCH],
+                 [m for m in sizes if MIN_FAST_MICRO_BATCH <= m < PREFERRED_MICRO_BATCH],
+                 [m for m in sizes if m < MIN_FAST_MICRO_BATCH])
+        candidates = [(ac, m) for tier in tiers for ac in checkpointing for m in tier]
+        chosen = candidates[-1]  # nothing fits: the smallest, which check_plan then reports
+        for ac, m in candidates:
+            phases = train_memory(arch, train_job_for(grid, model, {**rl, "val_batch_size": 1}, prompt, continuous,
+                                                      m, ac))
+            if max(phases["rollout"], phases["update"], phases["staged save"]) <= budget:
+                chosen = (ac, m)
+                break
+        out["activation_checkpointing"], out["micro_batch_size"] = chosen
+    if val_auto:
+        most = -(-rl["val_size"] // processes)
+        fits = [v for v in VAL_BATCHES if v <= most and train_memory(arch, train_job_for(
+            grid, model, {**out, "val_batch_size": v}, prompt, continuous, out["micro_batch_size"],
+            bool(out["activation_checkpointing"])))["validation"] <= budget]
+        out["val_batch_size"] = fits[0] if fits else 1   # nothing fits: one row, which check_plan then reports
     return out
 
 
@@ -253,7 +301,7 @@ def _schema_defaults() -> dict:
     from softtokens.run.config import load_schema
 
     fields = load_schema()["$defs"]["rl_fields"]
-    return {k: fields[k]["default"] for k in ("micro_batch_size", "activation_checkpointing")}
+    return {k: fields[k]["default"] for k in ("micro_batch_size", "activation_checkpointing", "val_batch_size")}
 
 
 def grid_plan(config: dict, grid_name: str) -> list[dict]:
@@ -270,7 +318,8 @@ def grid_plan(config: dict, grid_name: str) -> list[dict]:
         job = train_job_for(grid, model, rl, prompt, continuous, rl["micro_batch_size"], bool(rl["activation_checkpointing"]))
         rows.append({"job": f"train {model}/{dataset}", "gpus": job.processes, "parameters": arch.parameters,
                      "setting": f"B*G {job.rows}, micro-batch {job.micro_batch}, CoT {job.cot_tokens}"
-                                f"{', checkpointing' if job.checkpointing else ''}",
+                                f"{', checkpointing' if job.checkpointing else ''}, validation {job.val_rows} rows "
+                                f"x CoT {job.val_cot_tokens}",
                      "memory": train_memory(arch, job)})
     ev = {**EVAL_DEFAULTS, **grid["evaluation"]}
     compute = resolved_rl(config, grid_name)["compute_dtype"]
@@ -287,19 +336,23 @@ def grid_plan(config: dict, grid_name: str) -> list[dict]:
     return rows
 
 
-def plan_table(rows: list[dict], gpu_memory_gb: float | None) -> str:
-    """A markdown table, GB per GPU (1 GB = 1e9 bytes)."""
-    cols = ["master weights", "gradients", "optimizer state", "rollout weights", "kv cache", "activations", "logits"]
-    head = ["job", "GPUs", "params (B)", "setting", *cols, "peak GB", "fits"]
+def plan_table(rows: list[dict], budget: float | None) -> str:
+    """A markdown table, GB per GPU (1 GB = 1e9 bytes): what a job holds, then the peak of each phase it runs
+    (a training job's loop: rollout, update, greedy validation, a staged save), its peak and whether it fits
+    ``budget`` (plan_budget)."""
+    cols = ["master weights", "optimizer state", "rollout weights", "kv cache", "activations", "logits"]
+    phases = [p for p in LOOP_PHASES]
+    head = ["job", "GPUs", "params (B)", "setting", *cols, *(f"{p} GB" for p in phases), "peak GB", "fits"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         m = r["memory"]
         weights = m.get("weights")
         vals = [_gb(m[c]) if c in m else ("" if weights is None or c != "rollout weights" else _gb(weights))
                 for c in cols]
-        fits = "" if gpu_memory_gb is None else ("yes" if m["peak"] <= USABLE_SHARE * gpu_memory_gb * GB else "**no**")
+        at = [_gb(m[p]) if p in m else "" for p in phases]
+        fits = "" if budget is None else ("yes" if m["peak"] <= budget else "**no**")
         lines.append("| " + " | ".join([r["job"], str(r["gpus"]), f"{r['parameters'] / 1e9:.3g}", r["setting"], *vals,
-                                         _gb(m["peak"]), fits]) + " |")
+                                         *at, _gb(m["peak"]), fits]) + " |")
     return "\n".join(lines)
 
 
@@ -312,17 +365,24 @@ class PlanError(ValueError):
 
 
 def check_plan(config: dict, grid_name: str) -> None:
-    """Stop (before any job starts) if a job's peak exceeds the usable share of the grid's
-    ``memory_plan.gpu_memory_gb``; grids without it (CPU, the toy) are not checked."""
+    """Stop (before any job starts) if a job's peak, over every phase it runs, exceeds the grid's budget (plan_budget:
+    the usable share of ``memory_plan.gpu_memory_gb`` less its margin); grids without it (CPU, the toy) are not
+    checked here (their host memory is: sizing.host)."""
     grid = config["grids"][grid_name]
-    gpu_gb = grid.get("memory_plan", {}).get("gpu_memory_gb")
-    if not gpu_gb:
+    budget = plan_budget(grid)
+    if budget is None:
         return
-    too_big = [r for r in grid_plan(config, grid_name) if r["memory"]["peak"] > USABLE_SHARE * gpu_gb * GB]
+    too_big = [r for r in grid_plan(config, grid_name) if r["memory"]["peak"] > budget]
     if too_big:
-        lines = [f"{r['job']} on {r['gpus']} GPU(s) ({r['setting']}): {r['memory']['peak'] / GB:.1f} GB per GPU"
-                 for r in too_big]
-        raise PlanError(f"grid {grid_name!r}: {len(too_big)} job(s) do not fit {USABLE_SHARE:.0%} of "
-                        f"{gpu_gb} GB per GPU (memory_plan.gpu_memory_gb):\n  " + "\n  ".join(lines)
-                        + "\nGive the model more GPUs (models.<m>.train_gpus), a smaller micro_batch_size, or "
-                          "activation_checkpointing: true; `softtokens plan` prints every component.")
+        lines = [f"{r['job']} on {r['gpus']} GPU(s) ({r['setting']}): {r['memory']['peak'] / GB:.1f} GB per GPU at "
+                 f"its {_largest_phase(r['memory'])}" for r in too_big]
+        raise PlanError(f"grid {grid_name!r}: {len(too_big)} job(s) do not fit {budget / GB:.1f} GB per GPU "
+                        f"({USABLE_SHARE:.0%} of memory_plan.gpu_memory_gb {grid['memory_plan']['gpu_memory_gb']} less "
+                        f"its margin):\n  " + "\n  ".join(lines)
+                        + "\nGive the model more GPUs (models.<m>.train_gpus), a smaller micro_batch_size or "
+                          "val_batch_size, or activation_checkpointing: true; `softtokens plan` prints every phase.")
+
+
+def _largest_phase(m: dict) -> str:
+    phases = [p for p in LOOP_PHASES if p in m] or ["peak"]
+    return max(phases, key=lambda p: m[p])

@@ -90,6 +90,8 @@ class TrainConfig:
     answer_temperature: float
     val_every: int
     val_size: int
+    val_batch_size: int                # rows decoded at once in greedy validation (the memory plan's choice)
+    validation_cot_max_tokens: int     # the CoT cap of greedy validation (run.config.validation_cot_cap: a reading)
     micro_batch_size: int
     param_dtype: str                   # master weights, their gradients and AdamW state
     compute_dtype: str                 # forward / backward of the update pass and the rollout weights
@@ -110,7 +112,13 @@ class TrainConfig:
         if unknown:
             hint = (" ('dtype' was split into 'param_dtype' and 'compute_dtype')" if "dtype" in unknown else "")
             raise ValueError(f"unknown training settings: {', '.join(unknown)}{hint}")
-        auto = [k for k in ("micro_batch_size", "activation_checkpointing") if settings.get(k) == "auto"]
+        if settings.get("validation_cot_max_tokens") == "training":   # the run's own cap; `evaluation` the workflow's
+            settings["validation_cot_max_tokens"] = settings.get("cot_max_tokens")
+        if settings.get("validation_cot_max_tokens") == "evaluation":
+            raise ValueError("validation_cot_max_tokens: evaluation is the grid's evaluation cap, which the workflow "
+                             "resolves (run.config.validation_cot_cap); a run is given the number")
+        auto = [k for k in ("micro_batch_size", "activation_checkpointing", "val_batch_size")
+                if settings.get(k) == "auto"]
         if auto:
             raise ValueError(f"{', '.join(auto)}: auto is chosen by the memory plan when the workflow resolves a run's "
                              "settings (sizing.plan.resolve_memory); a run is given the number")

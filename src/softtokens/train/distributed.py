@@ -109,6 +109,17 @@ class DataParallel:
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return t
 
+    def gather_objects(self, obj) -> list:
+        """Every process's ``obj`` (picklable), in rank order, on every process (a rare event's details: a
+        failure's message; never on a hot path)."""
+        if self.world == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
     def barrier(self) -> None:
         if self.world > 1:
             import torch.distributed as dist

@@ -25,12 +25,13 @@ from softtokens.model.checkpoint import TrainerState
 from softtokens.model.loading import hub_revision, load_model, load_tokenizer
 from softtokens.model.scale import EmbeddingScale, noise_scale
 from softtokens.reward.grader import reward_of_grade
-from softtokens.reward.pool import GradingPool
+from softtokens.reward.pool import GradingPool, pool_size
 from softtokens.train.clipping import clip_gradients
 from softtokens.train.config import TrainConfig, lr_lambda, noise_record, resume_save_due
 from softtokens.train.distributed import DataParallel
 from softtokens.train.optimizer import adamw
 from softtokens.train.resume import ResumeStore, StopSignals
+from softtokens.train.saving import agree_on_failure
 from softtokens.train.rloo import rloo_advantages
 from softtokens.train.sharding import (
     refresh_rollout_weights,
@@ -52,12 +53,11 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, base_model: str, train_rows: list[dict], val_rows: list[dict],
                  state_dir: Path, threads: int = 1, grader=None, grading_pool: GradingPool | None = None,
                  logging: dict | None = None, run_name: str = ""):
-        """``grader(completion, gold, timeout_s) -> Grade``: the paper's math-verify reward, graded in
-        a pool of worker processes with a hard time-out (reward.pool), unless a caller (gpu-check, on
-        random weights that never answer right; tests) brings its own. ``logging`` (the config's
-        resolved block) turns on the run's TensorBoard stream (train.telemetry)."""
+        """``grader(completion, gold, timeout_s) -> Grade``: the paper's reward, graded by worker processes (as many as
+        the CPUs allow: reward.pool.pool_size) with a hard time-out, unless a caller (gpu-check on random weights,
+        tests) brings its own. ``logging`` (the config's block) turns on the TensorBoard stream (train.telemetry)."""
         self.cfg, self.base_model, self.grader = cfg, base_model, grader
-        self.pool = None if grader is not None else (grading_pool or GradingPool(1, cfg.grading_timeout_s))
+        self.pool = None if grader else grading_pool or GradingPool(pool_size(threads), cfg.grading_timeout_s)
         self.train_rows, self.val_rows = train_rows, val_rows[: cfg.val_size]
         torch.set_num_threads(threads)
         torch.manual_seed(cfg.seed)
@@ -162,9 +162,9 @@ class Trainer:
     # ------------------------------------------------------------ validation and checkpoints
     def validate(self, step: int) -> dict:
         cfg, mine = self.cfg, self.val_rows[self.dp.shard(len(self.val_rows))]
-        finished, graded = greedy_validation(self.engine, mine, cfg.validation_setting, cfg.cot_max_tokens,
-                                             cfg.answer_max_tokens, timeout_s=cfg.grading_timeout_s,
-                                             placement=cfg.placement, grade_all=self.grade_all)
+        finished, graded = greedy_validation(self.engine, mine, cfg.validation_setting, cfg.validation_cot_max_tokens,
+                                             cfg.answer_max_tokens, cfg.val_batch_size, cfg.grading_timeout_s,
+                                             cfg.placement, self.grade_all)
         (correct,) = self.dp.sum([sum(g.correct for g in graded)])
         self.telemetry.log_samples([
             {"question": row["question"], "cot": out.cot_text, "answer": out.completion, "gold": row["answer"],
@@ -219,10 +219,12 @@ class Trainer:
                 self.after_step(step + 1, signals.received)
 
     def after_step(self, done: int, received: str | None) -> None:
-        """Validate and save when due (train.config.resume_save_due: a count of steps, so the forecast counts
-        the saves); on a stop signal, save and stop. Every process agrees on a signal (each may see its own)."""
+        """Validate and save when due (train.config.resume_save_due: a count of steps, as the forecast counts); on
+        a stop signal, save and stop. Every process agrees on a signal and on a failed save (each sees its own)."""
         validate, due = resume_save_due(done, self.cfg.steps, self.cfg.val_every, self.cfg.resume_save_steps)
-        (stop,) = (v > 0 for v in self.dp.sum([float(received is not None)]))
+        failure = self.store.failure()   # a background save of this process that failed: every process stops
+        stop, failed = (v > 0 for v in self.dp.sum([float(received is not None), float(failure is not None)]))
+        agree_on_failure(self.dp, failure, failed)
         if validate:
             self.validate_and_keep_best(done)
         if due or stop:

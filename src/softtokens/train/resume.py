@@ -43,7 +43,7 @@ from softtokens.run.files import (
     write_jsonl,
 )
 from softtokens.run.paths import ATTEMPTS, TENSORBOARD
-from softtokens.train.saving import SaveWriter
+from softtokens.train.saving import SaveWriter, agree_on_failure
 from softtokens.train.sharding import load_optimizer
 
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1")  # SLURM's time-limit warning, a preemption, scancel
@@ -169,9 +169,19 @@ class ResumeStore:
         self.writer.save(name, state, policy, tokenizer, opt, sched)
 
     def wait(self) -> None:
-        """Until every save in flight is complete and in place; a save that failed raises here (the saves
-        before it stand: the run resumes from the last complete one)."""
-        self.writer.wait()
+        """Until every save in flight is complete and in place, on every process (collective); a save that failed
+        on any process raises SaveFailed on all of them (train.saving.agree_on_failure): the saves before it stand,
+        and the run resumes from the last complete one."""
+        try:
+            self.writer.wait()
+        except Exception as err:  # noqa: BLE001 - every process is told
+            agree_on_failure(self.dp, err)
+            raise
+        agree_on_failure(self.dp, None)
+
+    def failure(self) -> BaseException | None:
+        """A save of this process that has failed so far (not waiting for one in flight); None: none."""
+        return self.writer.failure()
 
     @contextmanager
     def settling(self):
@@ -181,7 +191,7 @@ class ResumeStore:
             yield
         except BaseException:
             try:
-                self.wait()
+                self.writer.wait()   # this process's own saves: the others may not be here (no collective)
             except Exception as e:  # noqa: BLE001 - reported, the run's own exception goes on
                 print(f"WARNING: the save in flight failed too ({type(e).__name__}: {e}); the resume state is the "
                       f"last complete save, {self.latest}", flush=True)

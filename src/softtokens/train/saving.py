@@ -45,7 +45,7 @@ class SaveWriter:
         host memory holds one step's state at most."""
         store, dp = self.store, self.store.dp
         if self.step not in (None, state.step):
-            self.wait()
+            store.wait()   # collective: a save that failed on any process stops every one (train.resume)
         final = store.latest if name == "latest" else store.best_dir(state.step)
         tmp = store.dir / f".{name}.tmp"
         if dp.is_main:
@@ -86,6 +86,10 @@ class SaveWriter:
         if first is not None:
             raise first
 
+    def failure(self) -> BaseException | None:
+        """The first save of this process that has failed so far, without waiting for the rest (None: none)."""
+        return next((f.exception() for f in self._pending if f.done() and f.exception() is not None), None)
+
     # the background write of one save (the main process), in the order a kill must be survived at
     def _write_files(self, shell, weights: dict, tmp: Path, optimizer: Future | None) -> None:
         write_pretrained(shell, weights, tmp)
@@ -115,3 +119,21 @@ class SaveWriter:
         if store.latest.exists():
             shutil.rmtree(store.previous, ignore_errors=True)
             os.replace(store.latest, store.previous)
+
+
+class SaveFailed(RuntimeError):
+    """A save that failed on some process of a run: raised on every process (agree_on_failure)."""
+
+
+def agree_on_failure(dp, failure: BaseException | None, failed_somewhere: bool | None = None) -> None:
+    """Collective: raise SaveFailed on every process when ``failure`` is set on any (``failed_somewhere``: already
+    summed by the caller's own collective), naming each failing rank and its cause. Why: a save that failed on one
+    process only left the others waiting in their next collective until the group's time-out (30 minutes)."""
+    if failed_somewhere is None:
+        (failed_somewhere,) = (v > 0 for v in dp.sum([float(failure is not None)]))
+    if not failed_somewhere:
+        return
+    said = dp.gather_objects(None if failure is None else f"{type(failure).__name__}: {failure}")
+    causes = "; ".join(f"rank {r}: {cause}" for r, cause in enumerate(said) if cause is not None)
+    raise SaveFailed(f"a save failed ({causes}); every process of the run stops (rank {dp.rank} here). The last "
+                     "complete save stands: a rerun resumes from it") from failure

@@ -80,11 +80,13 @@ def shard_policy(lm, mesh, compute_dtype: str, param_dtype: str = "float32",
 def rollout_copy(lm, compute_dtype: str, device: torch.device):
     """An unsharded copy of ``lm`` for decoding: parameters cast to ``compute_dtype`` (FSDP's
     mixed precision casts the same way), buffers untouched (RoPE's inv_freq stays float32, as
-    in the update pass)."""
-    plain = copy.deepcopy(lm)
-    for p in plain.parameters():
-        p.data = p.data.to(DTYPES[compute_dtype])
-        p.requires_grad_(False)
+    in the update pass). Each parameter is cast on its way to ``device``, one at a time (deepcopy's memo
+    hands the copies in, tied ones once): no second float32 copy of the model is held on the host (a process
+    of llama-8b held two, 64 GB, while it started)."""
+    memo = {id(p): torch.nn.Parameter(p.detach().to(device=device, dtype=DTYPES[compute_dtype], copy=True),
+                                      requires_grad=False)
+            for p in lm.parameters()}
+    plain = copy.deepcopy(lm, memo)
     return plain.to(device).eval()
 
 
