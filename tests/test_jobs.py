@@ -139,3 +139,34 @@ def test_one_cell_of_each_kind_is_a_target(config):
     assert "results/paper/runs/llama-3b/math/soft/seed2/selected.json" in targets
     assert "results/paper/tables/main.md" in targets
     assert len(j.eval_targets()) == (45 + 3) * 3 * len(SETTINGS) and len(j.loglik_targets()) == (45 + 3) * 3
+
+
+def test_each_job_declares_the_host_memory_its_plan_needs_and_the_slurm_request_covers_it(config):
+    """As common.smk builds them (sizing.host's plan handed in): a llama-8b training job on its 4 GPUs declares
+    the larger of the grid's request (8,000 MB a CPU x 32 CPUs) and its planned host peak over its 4 processes (all
+    loading the float32 model at once; the main one later staging a save's consolidated weights), one figure, never
+    mem_mb_per_cpu beside it (SLURM refuses both). On the CPU real grid a job's plan alone decides (no request)."""
+    from types import SimpleNamespace
+
+    from softtokens.sizing.gpus import resolve_gpus
+    from softtokens.sizing.host import HOST_MARGIN, MB, HostPlan
+    from softtokens.sizing.plan import resolve_memory
+
+    c = copy.deepcopy(config)
+    c["grid"] = "paper"
+    check_config(c, loader_kind)
+    resolve_gpus(c, "paper")
+    plan = HostPlan(c, "paper")
+    j = GridJobs(c, PAPER_ENV, resolve_rl=resolve_memory, host_mb=plan.mb)
+    train = j.resources("train")
+    assert "mem_mb_per_cpu" not in train and callable(train["mem_mb"])
+    eight = SimpleNamespace(model="llama-8b", dataset="gsm8k", arm="soft")
+    needed = plan.train_job_bytes("llama-8b", "gsm8k", "soft")
+    assert needed >= 4 * 32.1e9   # four processes, each the whole float32 model while it loads
+    assert train["mem_mb"](eight) >= max(needed * HOST_MARGIN / MB, 8000 * j.threads("train", "llama-8b"))
+    real = copy.deepcopy(config)
+    real["grid"] = "real"
+    check_config(real, loader_kind)
+    rj = GridJobs(real, {}, resolve_rl=resolve_memory, host_mb=HostPlan(real, "real").mb)
+    soft = SimpleNamespace(model="smollm2", dataset="gsm8k", arm="soft")
+    assert rj.resources("train")["mem_mb"](soft) == HostPlan(real, "real").mb("train", soft) < 16000

@@ -90,10 +90,12 @@ def paper_memory_plan_block(root: Path) -> str:
 
     from softtokens.data.sources import loader_kind
     from softtokens.run.config import check_config
+    from softtokens.sizing.gpus import resolve_gpus
     from softtokens.sizing.plan import grid_plan, plan_budget, plan_table
 
     config = yaml.safe_load((root / "config.yaml").read_text())
     check_config(config, loader_kind)
+    resolve_gpus(config, "paper")   # the GPUs `gpus_per_run: auto` gives each model, as the workflow does
     return plan_table(grid_plan(config, "paper"), plan_budget(config["grids"]["paper"]))
 
 
