@@ -65,6 +65,29 @@ def test_one_passk_and_entropy_figure_per_model_training_set_and_benchmark(grid,
     assert all((out / f"{name}.prov.json").exists() for name in made)
 
 
+def test_the_papers_figure_3_draws_every_cell_of_a_family_under_hard_inference(grid, tmp_path):
+    """Figure 3 ("Hard inference pass@k for Llama models"): one panel per (model, training set) x benchmark, hard
+    settings only (a soft file among its inputs draws nothing), each training mode and the base."""
+    from softtokens.report.figures import write_figure
+
+    _, evals = grid
+    out = tmp_path / "figures"
+    out.mkdir()
+    spec = {"kind": "hardpassk", "family": "toy", "cells": [["toy", "dsa"], ["toy", "dsb"]],
+            "benchmarks": ["benchx", "benchy"]}
+    made = write_figure(spec, [], evals, out, {"grid": "test"})
+    assert made.name == "hardpassk_toy.png" and made.with_suffix(".pdf").exists()
+    from softtokens.report.figures import hard_passk_figure_of
+
+    fig = hard_passk_figure_of(evals, spec)
+    axes = fig.axes
+    assert len(axes) == 4 and [a.get_title() for a in axes[:2]] == ["toy trained on dsa\nbenchx",
+                                                                      "toy trained on dsa\nbenchy"]
+    # dsa's panel: the base, hard and soft lines of hard_sample (soft training is a training mode, drawn in hard
+    # inference); greedy triangles for each
+    assert len(axes[0].get_lines()) >= 3 and "Figure 3" in fig._suptitle.get_text()
+
+
 def test_figure_groups_keep_training_sets_apart(grid):
     _, evals = grid
     df = pd.DataFrame([parse_eval_path(p) for p in evals])

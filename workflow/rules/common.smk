@@ -89,6 +89,7 @@ FIGURE_KINDS = {
     "training": ("Training curves", "figure_training.rst"),
     "passk": ("pass@k figures", "figure_passk.rst"),
     "entropy": ("CoT entropy figures", "figure_entropy.rst"),
+    paths.FIG3_KIND: ("pass@k figures", "figure_passk.rst"),
 }
 
 

@@ -116,6 +116,30 @@ rule passk_figure:
         "python -m softtokens figures --settings {params.settings:q} --out-dir {params.out_dir} --evals {input.evals} > {log} 2>&1"
 
 
+rule hard_passk_figure:
+    """The paper's Figure 3: hard inference pass@k of every Llama (model, training set) on every benchmark."""
+    input:
+        evals=lambda w: JOBS.figure_inputs(f"{paths.FIG3_KIND}_{w.figure}")["evals"],
+    output:
+        png=figure_output(paths.FIG3_KIND),
+        pdf=update(paths.figure_path(RESULTS, f"{paths.FIG3_KIND}_{{figure}}", "pdf")),
+    params:
+        settings=lambda w: JOBS.figure_settings(f"{paths.FIG3_KIND}_{w.figure}"),
+        out_dir=output_parent,
+    wildcard_constraints:
+        figure=alternation(JOBS.figure_keys(paths.FIG3_KIND)),
+    resources:
+        **resources("cpu"),
+    conda:
+        CPU_ENV
+    log:
+        log_of("figures", f"{paths.FIG3_KIND}_{{figure}}"),
+    benchmark:
+        bench_of("figures", f"{paths.FIG3_KIND}_{{figure}}")
+    shell:
+        "python -m softtokens figures --settings {params.settings:q} --out-dir {params.out_dir} --evals {input.evals} > {log} 2>&1"
+
+
 rule entropy_figure:
     """CoT entropy by position of one model's runs on one training set and its base, on one benchmark."""
     input:

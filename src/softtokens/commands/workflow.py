@@ -279,6 +279,7 @@ def startup(config: dict, workflow) -> object:
 
 
 # the workflow's rule names (workflow/rules/*.smk), for telling a rule from a target on the command line
-RULES = {"all", "prepare_data", "prepare_benchmark", "build_toy_base", "build_packaged_base", "train", "select_checkpoint", "evaluate",
-         "evaluate_loglik", "main_table", "settings_table", "ood_table", "training_figure", "passk_figure",
-         "entropy_figure", "reproduction_report", "ablation_tables", "sweep_tables"}
+RULES = {"all", "prepare_data", "prepare_benchmark", "build_toy_base", "build_packaged_base", "train",
+         "select_checkpoint", "evaluate", "evaluate_loglik", "main_table", "settings_table", "ood_table",
+         "training_figure", "passk_figure", "hard_passk_figure", "entropy_figure", "reproduction_report",
+         "ablation_tables", "sweep_tables"}

@@ -149,6 +149,28 @@ def entropy_figure_of(eval_paths: list[Path], model: str, dataset: str, benchmar
     return fig
 
 
+def hard_passk_figure_of(eval_paths: list[Path], spec: dict):
+    """The paper's Figure 3: hard inference pass@k of every cell of a model family (rows: (model, training set);
+    columns: benchmarks), one colour per training mode (none = the base model), the greedy pass@1 triangles at k = 1."""
+    plt, sns = _pyplot()
+    points = pd.DataFrame([{**keys, "k": int(k), "pass@k (%)": 100 * v}
+                           for keys, res in _eval_rows(eval_paths) for k, v in res["pass@k"].items()])
+    cells, benchmarks = [tuple(c) for c in spec["cells"]], spec["benchmarks"]
+    fig, axes = plt.subplots(len(cells), len(benchmarks), figsize=(3.6 * len(benchmarks), 3.0 * len(cells)),
+                             sharey="row", squeeze=False)
+    for i, (model, dataset) in enumerate(cells):
+        for j, bench in enumerate(benchmarks):
+            sub = _group(points, model, dataset, bench)
+            hard = sub[sub.setting.map(lambda s: SETTINGS[s].mode == "hard")]
+            _passk_panel(axes[i][j], sns, hard, MODE_COLOURS)
+            axes[i][j].set(title=f"{model} trained on {dataset}\n{bench}")
+    _passk_legend(axes[0][-1], [m for m in MODE_ORDER if m in set(points.train_mode)], MODE_COLOURS)
+    fig.suptitle(f"Hard inference pass@k for {spec['family']} models (the paper's Figure 3; mean ± sd over seeds; "
+                 "triangles: greedy pass@1)", y=1.0)
+    fig.tight_layout()
+    return fig
+
+
 FIGURES = {"training": training_figure, "passk": passk_figure_of, "entropy": entropy_figure_of}
 
 
@@ -160,8 +182,12 @@ def write_figure(spec: dict, metrics_paths: list[Path], eval_paths: list[Path], 
     kind = spec["kind"]
     inputs = metrics_paths if kind == "training" else eval_paths
     prov = Provenance("figures", {**settings, "figure": spec}, inputs={p.as_posix(): p for p in map(Path, inputs)})
-    keys = [spec["model"], spec["dataset"]] + ([spec["benchmark"]] if kind != "training" else [])
-    fig = FIGURES[kind](list(map(Path, inputs)), *keys)
+    if kind == paths.FIG3_KIND:
+        keys = [spec["family"]]
+        fig = hard_passk_figure_of(list(map(Path, inputs)), spec)
+    else:
+        keys = [spec["model"], spec["dataset"]] + ([spec["benchmark"]] if kind != "training" else [])
+        fig = FIGURES[kind](list(map(Path, inputs)), *keys)
     path = out_dir / f"{paths.figure_name(kind, *keys)}.png"
     _save_fig(fig, path, prov)
     plt.close(fig)
@@ -268,29 +294,40 @@ def passk_figure(plt, sns, sub: pd.DataFrame, palette: dict):
     training mode, as in the paper's pass@k figures."""
     cols, _, at = setting_grid(set(sub.setting))
     fig, axes = plt.subplots(1, len(cols), figsize=(3.8 * len(cols), 3.3), sharey=True, squeeze=False)
-    trainings = [m for m in MODE_ORDER if m in set(sub.train_mode)]
     for ax, col in zip(axes[0], cols):
-        sample = sub[sub.setting == at.get((col, "sample"))]
-        if not sample.empty:
-            sns.lineplot(sample, x="k", y="pass@k (%)", hue="train_mode", marker="o", ax=ax, errorbar="sd",
-                         palette=palette, hue_order=[m for m in trainings if m in set(sample.train_mode)], legend=False)
-        greedy = sub[sub.setting == at.get((col, "greedy"))].groupby("train_mode")["pass@k (%)"].agg(["mean", "std"])
-        present = [m for m in trainings if m in greedy.index]
-        for i, train_mode in enumerate(present):  # side by side around k = 1, never on top of each other
-            g = greedy.loc[train_mode]
-            x = 2 ** (GREEDY_DODGE * (i - (len(present) - 1) / 2))
-            ax.errorbar([x], [g["mean"]], yerr=[0.0 if pd.isna(g["std"]) else g["std"]], marker="^", markersize=8,
-                        color=palette[train_mode], markeredgecolor="black", linestyle="none", zorder=5)
-        ks = sorted(sub.k.unique())
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ks, [str(k) for k in ks])
-        ax.minorticks_off()
-        ax.set(title=f"{_column_title(col)} inference", xlabel="k", ylabel="pass@k (%)")
+        _passk_panel(ax, sns, sub[sub.setting.isin([at.get((col, "sample")), at.get((col, "greedy"))])], palette)
+        ax.set(title=f"{_column_title(col)} inference")
+    _passk_legend(axes[0][-1], [m for m in MODE_ORDER if m in set(sub.train_mode)], palette)
+    return fig
+
+
+def _passk_panel(ax, sns, sub: pd.DataFrame, palette: dict) -> None:
+    """pass@k of one CoT mode's sampled setting (lines) and its greedy pass@1 (triangles at k = 1, side by side)."""
+    trainings = [m for m in MODE_ORDER if m in set(sub.train_mode)]
+    sample = sub[sub.setting.map(lambda s: SETTINGS[s].decoding == "sample")]
+    if not sample.empty:
+        sns.lineplot(sample, x="k", y="pass@k (%)", hue="train_mode", marker="o", ax=ax, errorbar="sd",
+                     palette=palette, hue_order=[m for m in trainings if m in set(sample.train_mode)], legend=False)
+    greedy = sub[sub.setting.map(lambda s: SETTINGS[s].decoding == "greedy")].groupby("train_mode")[
+        "pass@k (%)"].agg(["mean", "std"])
+    present = [m for m in trainings if m in greedy.index]
+    for i, train_mode in enumerate(present):  # side by side around k = 1, never on top of each other
+        g = greedy.loc[train_mode]
+        x = 2 ** (GREEDY_DODGE * (i - (len(present) - 1) / 2))
+        ax.errorbar([x], [g["mean"]], yerr=[0.0 if pd.isna(g["std"]) else g["std"]], marker="^", markersize=8,
+                    color=palette[train_mode], markeredgecolor="black", linestyle="none", zorder=5)
+    ks = sorted(sub.k.unique())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.minorticks_off()
+    ax.set(xlabel="k", ylabel="pass@k (%)")
+
+
+def _passk_legend(ax, trainings: list[str], palette: dict) -> None:
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=palette[m], marker="o", label=m) for m in trainings]
     handles.append(Line2D([], [], color="gray", marker="^", markeredgecolor="black", linestyle="none",
                           label="greedy pass@1"))
-    axes[0][-1].legend(handles=handles, title="training", fontsize="small", loc="upper left",
-                       bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    return fig
+    ax.legend(handles=handles, title="training", fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
+              borderaxespad=0)

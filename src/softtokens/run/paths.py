@@ -217,6 +217,10 @@ def sweep_name(model: str) -> str:
     return f"sweep_{model}"
 
 
+# the paper's Figure 3 ("Hard inference pass@k for Llama models"): its figure, hardpassk_llama.png
+FIG3_KIND, FIG3_FAMILY = "hardpassk", "llama"
+
+
 def figure_name(kind: str, *keys: str) -> str:
     """training_{model}_{dataset}, passk_/entropy_{model}_{dataset}_{benchmark}, ablation_{table}."""
     return "_".join((kind, *keys))

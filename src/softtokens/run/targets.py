@@ -104,6 +104,13 @@ class GridTargets(SweepTargets):
             for m, d in per_run:
                 for b in self.eval["benchmarks"]:
                     specs[paths.figure_name(kind, m, d, b)] = {"kind": kind, "model": m, "dataset": d, "benchmark": b}
+        # the paper's Figure 3 (tex 530-535, "Hard inference pass@k for Llama models"): every Llama (model,
+        # training set) cell on every benchmark, hard inference only, in one figure
+        family = [(m, d) for m, d in pairs if m.split("-")[0] == paths.FIG3_FAMILY]
+        if family and self.eval["benchmarks"]:
+            specs[paths.figure_name(paths.FIG3_KIND, paths.FIG3_FAMILY)] = {
+                "kind": paths.FIG3_KIND, "family": paths.FIG3_FAMILY, "cells": [list(c) for c in family],
+                "benchmarks": list(self.eval["benchmarks"])}
         return specs
 
     def figure_targets(self, ext: str = "png") -> list[str]:
@@ -117,6 +124,14 @@ class GridTargets(SweepTargets):
         """What one figure reads: the training runs' metrics (training curves) or the evaluation files
         of its runs and base model on its benchmark (pass@k, entropy)."""
         spec = self.figure_specs()[name]
+        if spec["kind"] == paths.FIG3_KIND:   # the hard settings of every cell's runs and their bases
+            cells = {tuple(c) for c in spec["cells"]}
+            trained = [(r.model, r.trained) for r in self.training_runs() if (r.model, r.dataset) in cells
+                       and not r.variant]
+            bases = [(m, "base") for m in sorted({m for m, _ in cells}) if m in self.eval["models"]]
+            hard = [s for s in self.eval["settings"] if setting_mode(s) == "hard"]
+            return {"metrics": [], "evals": [paths.eval_path(self.results, m, t, b, s) for m, t in bases + trained
+                                             for b in spec["benchmarks"] for s in hard]}
         model, dataset = spec["model"], spec["dataset"]
         runs = [r for r in self.training_runs() if (r.model, r.dataset, r.variant) == (model, dataset, "")]
         if spec["kind"] == "training":
