@@ -259,6 +259,29 @@ def test_a_job_killed_as_the_oom_killer_kills_says_so_on_the_console_and_in_its_
     assert (d / RUN / "metrics.jsonl").read_bytes() == before
 
 
+def test_swapped_best_checkpoints_are_refused_before_anything_is_written_naming_both_runs(tiny_dag, tmp_path):
+    """Two runs' best checkpoints swapped (each a whole checkpoint: its manifest and record valid for its bytes): the
+    forced evaluation of one cell and its run's selection refuse before writing, naming the run and where the
+    checkpoint came from; the cell's file is unchanged; the audit names it too."""
+    d = _copy(tiny_dag, tmp_path)
+    fuzzy = RUN.replace("/hard/", "/fuzzy/")
+    a, b = d / RUN / "checkpoints/best", d / fuzzy / "checkpoints/best"
+    a.rename(d / "aside")
+    b.rename(a)
+    (d / "aside").rename(b)
+    cell = "results/toy/eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json"
+    before = (d / cell).read_bytes()
+    proc = snakemake(cell, *_args(d), "--cores", "1", "--forcerun", cell)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"is not run {RUN}'s" in out, out[-3000:]
+    assert f"its training wrote it as {fuzzy}/checkpoints/best" in out and "fuzzy run, seed 0" in out
+    assert (d / cell).read_bytes() == before
+    proc = snakemake(f"{RUN}/selected.json", *_args(d), "--cores", "1", "--forcerun", f"{RUN}/selected.json")
+    assert proc.returncode != 0 and f"is not run {RUN}'s" in proc.stdout + proc.stderr
+    audit = _audit(d, "results/toy/tables/main.md")
+    assert audit.returncode == 1 and "NOT ITS RUN'S" in audit.stdout and fuzzy in audit.stdout
+
+
 def test_a_truncated_checkpoint_is_named_before_evaluation(tiny_dag, tmp_path):
     d = _copy(tiny_dag, tmp_path)
     target = "results/toy/eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from softtokens.run.paths import selection_of_eval
 from softtokens.run.provenance import read_record
+from softtokens.train.selection import identity_problem
 
 
 def _same(a: str | Path, b: str | Path) -> bool:
@@ -53,4 +54,8 @@ def link_problems(path: Path, rec: dict, doc: dict) -> list[str]:
     step = (doc.get("selection") or {}).get("step")
     if step is not None and step != chosen.get("step"):
         out.append(f"EDITED {path}: it says step {step} was selected, {selected} says step {chosen.get('step')}")
+    if Path(ckpt["path"]).is_dir():   # the checkpoint is its run's own (not another run's swapped in)
+        problem = identity_problem(ckpt["path"], selected.parent, chosen.get("step"))
+        if problem:
+            out.append(f"NOT ITS RUN'S: {path} rests on {problem.split('. Nothing')[0]}")
     return out

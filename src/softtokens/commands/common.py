@@ -59,13 +59,17 @@ def model_to_evaluate(a) -> tuple[str, dict]:
     """The model path and the provenance inputs of a --model / --selected pair of arguments; a
     selected checkpoint is verified against what its training wrote before anything loads it."""
     if a.selected:
-        from softtokens.train.selection import CheckpointError, verify_checkpoint
+        from softtokens.train.selection import CheckpointError, identity_problem, verify_checkpoint
 
-        model_path = json.loads(Path(a.selected).read_text())["checkpoint"]
+        chosen = json.loads(Path(a.selected).read_text())
+        model_path = chosen["checkpoint"]
         try:
             verify_checkpoint(model_path)  # sizes and the record here; every byte as it loads (model.loading)
         except CheckpointError as err:
             raise SystemExit(f"error: {err}") from None
+        problem = identity_problem(model_path, Path(a.selected).parent, chosen.get("step"))   # its run's own
+        if problem:
+            raise SystemExit(f"error: {problem}")
         return model_path, {"selected": a.selected, "checkpoint": model_path}
     from softtokens.run.provenance import made_by_workflow
 

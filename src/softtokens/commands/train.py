@@ -96,7 +96,14 @@ def cmd_select(a) -> None:
     from softtokens.audit.chain import SELECT_STAGE
     from softtokens.run.files import read_jsonl, write_json
     from softtokens.run.provenance import Provenance
-    from softtokens.train.selection import FLOOR, CheckpointError, check_checkpoint, select_best, verify_checkpoint
+    from softtokens.train.selection import (
+        FLOOR,
+        CheckpointError,
+        check_checkpoint,
+        identity_problem,
+        select_best,
+        verify_checkpoint,
+    )
 
     metrics = read_jsonl(Path(a.metrics))
     best_ckpt = Path(a.checkpoints) / "best"
@@ -104,6 +111,9 @@ def cmd_select(a) -> None:
         verify_checkpoint(best_ckpt, content=True)  # every byte, before an evaluation rests on it
     except CheckpointError as err:
         raise SystemExit(f"error: {err}") from None
+    problem = identity_problem(best_ckpt, Path(a.metrics).parent)   # the run's own, not another's swapped in
+    if problem:
+        raise SystemExit(f"error: {problem}")
     prov = Provenance(SELECT_STAGE, {"rule": "max greedy validation accuracy over trained steps (>= 1), "
                                                     "earliest step on ties; step 0 (the base) is the reference",
                                             "failed_to_learn": f"below the base model's validation, or at or below "

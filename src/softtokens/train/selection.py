@@ -73,3 +73,40 @@ def check_checkpoint(checkpoint: Path, step: int) -> None:
     held = TrainerState.read(checkpoint).step
     if held != step:
         raise ValueError(f"{checkpoint} holds step {held}, but validation picks step {step}")
+
+
+def identity_problem(checkpoint: str | Path, run_dir: str | Path, step: int | None = None) -> str | None:
+    """Whether a checkpoint is its run's own (None) or another's: the run is its directory (runs/MODEL/DATA/ARM/
+    seedS, as run.paths lays it out, and the training record beside its metrics); the checkpoint carries its own
+    state (trainer_state.json: mode, seed, variant, step) and the record of the training that wrote it (where it
+    was written, its settings' hash, when it started). Two runs' `best` folders swapped, or one copied from
+    another run or grid, are whole checkpoints with valid manifests: only their identity tells them apart. ``step``:
+    the step the run's selection chose. Returns the problem, naming the run the checkpoint is really from."""
+    from softtokens.model.checkpoint import TrainerState
+    from softtokens.run.paths import METRICS, parse_run_path
+    from softtokens.run.provenance import read_record
+
+    checkpoint, run_dir = Path(checkpoint), Path(run_dir)
+    keys = parse_run_path(run_dir / METRICS)
+    state = TrainerState.read(checkpoint)
+    held = {"mode": state.config.get("mode"), "seed": state.config.get("seed"), "variant": state.config.get("variant", "")}
+    want = {"mode": keys["train_mode"], "seed": keys["seed"], "variant": keys["variant"]}
+    ckpt_rec, run_rec = read_record(checkpoint) or {}, read_record(run_dir / METRICS) or {}
+    origin = (ckpt_rec.get("output") or {}).get("path")
+    why = []
+    if held != want:
+        why.append(f"its state is of a {held['mode']} run, seed {held['seed']}"
+                   + (f", variant {held['variant']}" if held["variant"] else ""))
+    if origin and Path(origin).resolve() != checkpoint.resolve():
+        why.append(f"its training wrote it as {origin}")
+    if run_rec and ckpt_rec and (ckpt_rec.get("config_hash"), ckpt_rec.get("started")) != (
+            run_rec.get("config_hash"), run_rec.get("started")):
+        why.append(f"it was written by a training job with settings {ckpt_rec.get('config_hash')} started "
+                   f"{ckpt_rec.get('started')}, the run's by one with {run_rec.get('config_hash')} started "
+                   f"{run_rec.get('started')}")
+    if step is not None and state.step != step:
+        why.append(f"it holds step {state.step}, the run's selection chose step {step}")
+    if not why:
+        return None
+    return (f"checkpoint {checkpoint} is not run {run_dir}'s: " + "; ".join(why) + ". Nothing was computed from it: "
+            f"put the run's own checkpoint back, or retrain the run (snakemake --forcerun train {run_dir / METRICS})")
