@@ -94,7 +94,8 @@ def test_paper_grid_plan_with_the_slurm_profile():
     # (model, training set); pass@k and entropy per (model, training set, benchmark))
     cells = 5
     summaries = {"main_table": 1, "settings_table": 3, "ood_table": 1, "training_figure": cells,
-                 "passk_figure": cells * 3, "entropy_figure": cells * 3, "reproduction_report": 1, "all": 1}
+                 "passk_figure": cells * 3, "entropy_figure": cells * 3, "hard_passk_figure": 1,   # the paper's Fig. 3
+                 "reproduction_report": 1, "all": 1}
     assert {k: counts[k] for k in summaries} == summaries
     assert counts["total"] == 2 * runs + models * 3 * settings + models * 3 + 3 + 6 + sum(summaries.values())
 
@@ -209,3 +210,43 @@ def test_every_paper_grid_plans_from_local_copies_and_local_model_directories(tm
         assert counts["train"] > 0 and counts["prepare_data"] > 0, (grid, counts)
         assert _json.dumps(f"{tmp_path}/copies/gsm8k/{{split}}.jsonl") in proc.stdout, grid
         assert f"--base {tmp_path}/models/llama-3b" in proc.stdout, grid
+
+
+def test_a_run_another_grid_has_trained_is_not_trained_again(tmp_path):
+    """Run identity (run.identity): the sweeps grid's noise-factor runs 0.1, 1.0 and 3.0 on llama-3b x gsm8k compute
+    what the ablations grid's gamma runs compute. Once those exist, `snakemake -n --config grid=sweeps` plans no
+    training whose settings (less the run's name and memory-only keys) equal one of theirs: it plans a shared
+    selection pointing at each instead."""
+    import json as _json
+
+    from softtokens.run.identity import computing_settings
+
+    res = tmp_path / "results/paper"
+    for split in ("train", "validation"):
+        (res / "data/gsm8k").mkdir(parents=True, exist_ok=True)
+        (res / "data/gsm8k" / f"{split}.jsonl").write_text("{}\n")
+    for gamma in ("0.1", "1.0", "3.0"):
+        run = res / f"runs/llama-3b/gsm8k/fuzzy@gamma{gamma}/seed0"
+        for d in ("checkpoints", "tensorboard"):
+            (run / d).mkdir(parents=True)
+        (run / "metrics.jsonl").write_text("{}\n")
+        (run / "selected.json").write_text("{}\n")
+    from softtokens.data.sources import loader_kind
+    from softtokens.run.config import load_config
+    from softtokens.run.jobs import GridJobs
+    from softtokens.run.paths import Run
+    from softtokens.sizing.plan import resolve_memory
+
+    config = {**load_config(ROOT / "config.yaml", loader_kind), "grid": "ablations"}
+    jobs = GridJobs(config, {}, resolve_rl=resolve_memory)   # as the workflow resolves each run's settings
+    ablation_settings = [computing_settings(jobs.run_settings(Run("llama-3b", "gsm8k", "fuzzy", f"gamma{g}", 0)))
+                         for g in ("0.1", "1.0", "3.0")]
+    args = ["-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(ROOT / "config.yaml")]
+    proc = snakemake("-n", "-p", *args, "--config", "grid=sweeps")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trained = [computing_settings(_json.loads(line.split("--settings '")[1].split("'")[0]))
+               for line in proc.stdout.splitlines() if "softtokens train " in line]
+    assert len(trained) == job_counts(proc)["train"] == 109   # the sweep's 112 less the three
+    assert not any(s in ablation_settings for s in trained)
+    shares = [line for line in proc.stdout.splitlines() if "softtokens select --share" in line]
+    assert len(shares) == 3 and all("fuzzy@gamma" in line and "fuzzy@noise" in line for line in shares)

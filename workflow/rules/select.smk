@@ -1,10 +1,13 @@
 rule select_checkpoint:
     input:
-        metrics=rules.train.output.metrics,
-        checkpoints=rules.train.output.checkpoints,
+        # the run's metrics and checkpoints; for a run that is another's name (same settings: run.identity), that
+        # run's selection, which it shares (softtokens.run.jobs.select_inputs)
+        unpack(lambda w: JOBS.select_inputs(w.model, w.dataset, w.arm, w.seed)),
     output:
         # kept (update): a selection that refuses a damaged checkpoint leaves the previous one
         selected=update(f"{RUN}/{paths.SELECTED}"),
+    params:
+        args=lambda w: JOBS.select_args(w.model, w.dataset, w.arm, w.seed),
     resources:
         **resources("cpu"),
     conda:
@@ -14,4 +17,4 @@ rule select_checkpoint:
     benchmark:
         bench_of("select", RUN_JOB)
     shell:
-        "python -m softtokens select --metrics {input.metrics} --checkpoints {input.checkpoints} --out {output.selected} > {log} 2>&1"
+        "python -m softtokens select {params.args} --out {output.selected} > {log} 2>&1"

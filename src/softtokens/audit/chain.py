@@ -16,12 +16,13 @@ import softtokens
 from softtokens.audit.leaves import leaf_lines
 from softtokens.audit.links import link_problems
 from softtokens.audit.records import current_sha256, record_problems
-from softtokens.audit.rows import row_problems, selection_problems
+from softtokens.audit.rows import row_problems, selection_problems, shared_selection_problems
 from softtokens.run.provenance import _rel, read_record, record_path
 
 PACKAGE = Path(softtokens.__file__).resolve().parent
 EVAL_STAGES = ("evaluate", "evaluate_loglik")
 SELECT_STAGE = "select_checkpoint"   # commands.train.cmd_select's Provenance stage
+SHARE_STAGE = "share_selection"      # commands.train.cmd_select_shared's: a run that is another's name
 
 
 def shipped(path: Path) -> bool:
@@ -38,6 +39,8 @@ def node_problems(path: Path, rec: dict, deep: bool = True) -> list[str]:
         out += link_problems(path, rec, doc)
     elif rec.get("stage") == SELECT_STAGE and record_path(path) == path:
         out += selection_problems(path, json.loads(path.read_text()), rec)
+    elif rec.get("stage") == SHARE_STAGE and record_path(path) == path:
+        out += shared_selection_problems(path, json.loads(path.read_text()))
     return out
 
 

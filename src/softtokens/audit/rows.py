@@ -9,6 +9,8 @@ difference beyond rounding is an edit."""
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 from softtokens.eval.metrics import mean_pass_at_k
@@ -94,3 +96,17 @@ def selection_problems(path: Path, doc: dict, rec: dict) -> list[str]:
             out.append(f"EDITED {path}: {key} says {doc.get(key)!r}, the validation rows of {metrics} give "
                        f"{now[key]!r}")
     return out
+
+
+def shared_selection_problems(path: Path, doc: dict) -> list[str]:
+    """A shared selection (a run that is another's name: run.identity) against the run it shares: that run computes
+    what this name asks for (train.selection.share_problem), and what it says is that run's selection."""
+    from softtokens.train.selection import SHARED_WITH, share_problem
+
+    problem = share_problem(path)
+    if problem:
+        return [f"NOT THE SAME RUN: {problem}"]
+    other = Path(doc[SHARED_WITH]) / path.name
+    theirs = json.loads(other.read_text())
+    return [f"EDITED {path}: {key} says {doc.get(key)!r}, the run it shares ({other}) {theirs.get(key)!r}"
+            for key in ("step", "val_greedy_accuracy", "checkpoint", "failed_to_learn") if doc.get(key) != theirs.get(key)]

@@ -92,7 +92,30 @@ def cmd_train(a) -> None:
     prov.write_sidecar(a.checkpoints, extra=extra, sha256=manifest_sha256(a.checkpoints, ("best", "latest")))
 
 
+def cmd_select_shared(a) -> None:
+    """A run that is another's name (run.identity): its selection is the other run's, held to computing what this
+    name asks for (train.selection.share_problem) before it is written."""
+    from softtokens.audit.chain import SHARE_STAGE
+    from softtokens.run.files import write_json
+    from softtokens.run.provenance import Provenance
+    from softtokens.train.selection import SHARED_WITH, share_problem
+
+    settings = parse_settings(a.settings)
+    chosen = json.loads(Path(a.share).read_text())
+    prov = Provenance(SHARE_STAGE, settings, inputs={"selected": a.share}, params=settings)
+    doc = prov.embedded({**{k: v for k, v in chosen.items() if k != "provenance"},
+                         SHARED_WITH: Path(a.share).parent.as_posix()})
+    write_json(a.out, doc)
+    problem = share_problem(a.out)
+    if problem:
+        Path(a.out).unlink()
+        raise SystemExit(f"error: {problem}")
+    print(f"{Path(a.out).parent} is run {Path(a.share).parent} (the same settings): its selection shared")
+
+
 def cmd_select(a) -> None:
+    if a.share:
+        return cmd_select_shared(a)
     from softtokens.audit.chain import SELECT_STAGE
     from softtokens.run.files import read_jsonl, write_json
     from softtokens.run.provenance import Provenance
@@ -215,7 +238,7 @@ def cmd_config(a) -> None:
     """Each training cell's resolved RL settings, and what differs from the paper's."""
     import yaml
 
-    from softtokens.run.config import PAPER_RL, cell_rl
+    from softtokens.run.config import PAPER_RL, READINGS, cell_rl
 
     config, grid = grid_config(a)
     cells = {}
@@ -225,6 +248,11 @@ def cmd_config(a) -> None:
         cells[name] = rl if a.full else {k: v for k, v in rl.items() if v != PAPER_RL[k]}
     print(f"# grid {grid}: RL settings per training cell" + ("" if a.full else ", where they differ from the paper's"))
     print(yaml.safe_dump(cells, sort_keys=False).rstrip())
+    print("# readings of what the paper does not say (run.config.READINGS), as this grid sets them:")
+    for key, (why, alternative) in READINGS.items():
+        values = sorted({str(cell_rl(config, grid, c["model"], c["dataset"], c.get("variant", ""))[key])
+                         for c in config["grids"][grid]["training"]} or {str(PAPER_RL[key])})
+        print(f"#   {key}: {', '.join(values)} -- {why}; the alternative, one setting away: {alternative}")
 
 
 def register(sub) -> None:
@@ -244,8 +272,11 @@ def register(sub) -> None:
     c.set_defaults(func=cmd_train)
 
     c = sub.add_parser("select", help="pick the best checkpoint by greedy validation")
-    for arg in ("--metrics", "--checkpoints", "--out"):
-        c.add_argument(arg, required=True)
+    for arg in ("--metrics", "--checkpoints"):
+        c.add_argument(arg)
+    c.add_argument("--out", required=True)
+    c.add_argument("--share", help="the selected.json of the run this one is (the same settings: run.identity)")
+    c.add_argument("--settings", help="with --share: this run's settings, held against the shared run's")
     c.set_defaults(func=cmd_select)
 
     for name, func, text in (("plan", cmd_plan, "per-GPU memory of every training and evaluation job of a grid"),

@@ -83,7 +83,7 @@ def paper_budget(steps: list[int]) -> dict:
 
 def run_steps(config: dict, grid_name: str) -> list[int]:
     jobs = GridJobs({**config, "grid": grid_name})
-    return [cell_rl(config, grid_name, r.model, r.dataset, r.variant)["steps"] for r in jobs.training_runs()]
+    return [cell_rl(config, grid_name, r.model, r.dataset, r.variant)["steps"] for r in jobs.trained_runs()]
 
 
 def measurements(rates: Throughput) -> list[str]:
@@ -186,11 +186,19 @@ def sweep_text(raw: dict, grid_name: str, rates: Throughput, loader_kind) -> str
     cheap_config = cheaper_sweep(raw, grid_name)
     check_config(cheap_config, loader_kind)
     cheap_jobs = forecast_jobs(cheap_config, grid_name, rates)
-    cheap_runs = {(r.model, r.dataset, r.mode, r.variant, r.seed)
-                  for r in GridJobs({**cheap_config, "grid": grid_name}).sweep_runs}
+    cheap = GridJobs({**cheap_config, "grid": grid_name})
+    cheap_runs = {Run(r.model, r.dataset, r.mode, r.variant, r.seed) for r in cheap.sweep_runs}
+    same = {r for r in runs if Run(*r) in jobs.shared}
+    cheap_same = cheap_runs & set(cheap.shared)
     lines = ["", f"the hyperparameter search: {len(runs)} runs of the sweep, {len(shared)} of them the reused grid's "
-                 f"own (a swept value equal to its own: trained once, shared), {full:,.0f} GPU-hours as this grid "
-                 f"reads the paper (docs/protocol.md), {full - shared_h:,.0f} once the reused grid has run",
-             f"a cheaper reading: {len(cheap_runs)} runs, {cheap_jobs.gpu_hours.sum():,.0f} GPU-hours (each model's "
-             f"first train set, one seed, {CHEAP_SWEEP_STEPS:,} steps); it gives up: {CHEAP_SWEEP_GIVES_UP}"]
+                 f"own (a swept value equal to its own: trained once, shared)"
+                 + (f" and {len(same)} another grid's run under another name (the same settings: run.identity)"
+                    if same else "")
+                 + f", {full:,.0f} GPU-hours as this grid reads the paper (docs/protocol.md), {full - shared_h:,.0f} "
+                   "once the reused grid has run",
+             f"a cheaper reading: {len(cheap_runs) - len(cheap_same)} runs"
+             + (f" ({len(cheap_same)} of its {len(cheap_runs)} values ask for a run another already is: the same "
+                "settings, trained once)" if cheap_same else "")
+             + f", {cheap_jobs.gpu_hours.sum():,.0f} GPU-hours (each model's first train set, one seed, "
+               f"{CHEAP_SWEEP_STEPS:,} steps); it gives up: {CHEAP_SWEEP_GIVES_UP}"]
     return "\n".join(lines)

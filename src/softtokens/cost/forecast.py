@@ -9,10 +9,9 @@ runs as long as its longest row: an upper bound where CoTs stop early, close whe
 
 - a training run on P GPUs: ``steps`` x (S x decode step of B·G/P rows on one GPU, every GPU decoding
   its share at once: rollouts do not divide over GPUs, the rows do + the update of B·G x (prompt + S)
-  tokens, whose FLOPs divide over the P GPUs) + every greedy validation (its rows over P, decoded in waves of
-  the plan's val_batch_size slots, its own CoT cap) + the grading of every answer by the process's workers
-  (rates.throughput.GRADING_ANSWERS_PER_S, measured) +
-  the saves the loop makes (train.config.save_schedule: the resume state at every validation and every
+  tokens, whose FLOPs divide over the P GPUs) + every greedy validation (its rows over P, in waves of the plan's
+  val_batch_size slots, its own CoT cap) + grading every answer (rates.throughput.GRADING_ANSWERS_PER_S) + the saves
+  the loop makes (train.config.save_schedule: the resume state at every validation and every
   ``resume_save_steps``, a best checkpoint at most once per validation), each blocking the run only
   while it is staged to host memory (the write runs in the background: train.resume);
 - an evaluation: ceil(rows / batch) batches of S steps at the batch's decode step, rows = questions x
@@ -50,6 +49,7 @@ from softtokens.rates.throughput import (
 from softtokens.reward.pool import pool_size
 from softtokens.run import paths
 from softtokens.run.config import cell_rl, validation_cot_cap
+from softtokens.run.identity import shared_note
 from softtokens.run.jobs import GPU_KINDS, GridJobs, train_processes
 from softtokens.run.names import is_sampled, setting_mode
 from softtokens.sizing.gpus import with_resolved_gpus
@@ -231,7 +231,7 @@ def forecast_jobs(config: dict, grid_name: str, rates: Throughput = DEFAULT) -> 
                      **{f"{p}_gpu_h": phases.get(p, 0.0) * n_gpus / 3600 for p in PHASES},
                      "saves_latest": saves[0], "saves_best": saves[1]})
 
-    for run in jobs.training_runs():
+    for run in jobs.trained_runs():   # a run that is another's name is trained once (run.identity)
         t = train_seconds(jobs, config, grid_name, run, rates.scaled_to(params[run.model]))
         add("train", run.wildcards, run.model, t["total"], gpus["train"][run.model],
             t["rollout_step"] + t["update_step"], {p: t[p] for p in TRAIN_PHASES},
@@ -385,9 +385,10 @@ def forecast_text(config: dict, grid_name: str, rates: Throughput, nodes: int, g
                  "(GPU-hours spread over the GPUs, at least the longest training run then the longest evaluation)")
     lines += prompt_sources(config, grid_name)
     grid_jobs = GridJobs({**config, "grid": grid_name})
-    steps = [cell_rl(config, grid_name, r.model, r.dataset, r.variant)["steps"] for r in grid_jobs.training_runs()]
+    steps = [cell_rl(config, grid_name, r.model, r.dataset, r.variant)["steps"] for r in grid_jobs.trained_runs()]
     lines += paper_cost_text(jobs, steps)
-    return "\n".join(lines)
+    note = shared_note(grid_jobs)
+    return "\n".join(lines + ([f"\n{note}"] if note else []))
 
 
 def prompt_sources(config: dict, grid_name: str) -> list[str]:

@@ -171,3 +171,13 @@ def choices_frame() -> pd.DataFrame:
                      "alternatives tried": "; ".join(label for label, _ in c.alternatives) or "—",
                      "numbers it can change": ", ".join(c.sources), "why": c.why})
     return pd.DataFrame(rows)
+
+
+def readings_frame(config: dict | None, grid: str) -> pd.DataFrame:
+    """The settings that read what the paper does not say (run.config.READINGS): this grid's value, why the default,
+    and the alternative one setting away."""
+    from softtokens.run.config import PAPER_RL, READINGS, resolved_rl
+
+    rl = resolved_rl(config, grid) if config and grid in config.get("grids", {}) else PAPER_RL
+    return pd.DataFrame([{"setting": f"rl.{key}", "this grid": str(rl.get(key, PAPER_RL[key])), "why": why,
+                          "the alternative": alternative} for key, (why, alternative) in READINGS.items()])

@@ -29,6 +29,7 @@ from softtokens.report.claim_rows import (
     claims_frame,
     glance_frame,
     method,
+    readings_frame,
     robustness,
     words,
 )
@@ -219,6 +220,8 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
         blocks.append(("details", (f"Ours: `{c.key}` — {c.verdict} ({robustness(c)})", rows + c.evidence)))
     blocks.append(("h3", "Every choice a verdict depends on"))
     blocks.append(("table", choices_frame()))
+    blocks.append(("h3", "Readings of the protocol the paper does not state"))
+    blocks.append(("table", readings_frame(settings.get("config"), grid)))
     blocks.append(("p", f"Paper numbers: {SOURCE}. Ours: {n_files} evaluation files, {len(ours)} cells, mean ± "
                         f"sample std over seeds (n = seeds; one seed or a base model's one evaluation has no spread, "
                         f"so no ±). {int(measured.sum())} of {len(comparison)} paper cells have a counterpart here, "

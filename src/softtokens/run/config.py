@@ -291,6 +291,23 @@ def cell_lr(config: dict, grid_name: str, model: str, dataset: str, variant: str
     return float(grid["models"][model]["lr"])
 
 
+def cell_grid(config: dict, grid_name: str, model: str, dataset: str, variant: str = "") -> str:
+    """The grid that names a run of ``grid_name``'s results: ``grid_name`` for its own cells (and default runs),
+    else the first grid sharing its results whose cells do (a run another grid's name is trained under that grid's
+    settings: run.identity)."""
+    grids = config["grids"]
+
+    def names(g: str) -> bool:
+        return any((c["model"], c["dataset"], c.get("variant", "")) == (model, dataset, variant)
+                   for c in grids[g].get("training", []))
+
+    if not variant or names(grid_name):
+        return grid_name
+    results = grids[grid_name]["results"]
+    return next((g for g, spec in grids.items() if isinstance(spec, dict) and spec.get("results") == results
+                 and names(g)), grid_name)
+
+
 def cell_rl(config: dict, grid_name: str, model: str, dataset: str, variant: str = "") -> dict:
     """RL settings of one training cell: the paper's, the grid's overrides, the (model, dataset)
     default cell's overrides (in this grid, else in the grid it reuses), then the variant's.
@@ -313,6 +330,17 @@ def cell_rl(config: dict, grid_name: str, model: str, dataset: str, variant: str
             raise KeyError(f"grid {grid_name!r} has no cell ({model}, {dataset}, variant {variant!r})")
         rl.update(own)
     return rl
+
+
+# Settings that are readings of what the paper does not say: each with why its default, and the alternative one
+# setting away (`softtokens config` prints them for a grid; the reproduction report lists them beside its choices)
+READINGS = {
+    "validation_cot_max_tokens": (
+        "greedy validation's CoT cap (it decides which checkpoint is selected: every GSM8K cell, the sweep's "
+        "statistic). Default `training`: the run's own cap (128 on GSM8K, 512 on MATH and DeepScaleR), as the run "
+        "is trained; the paper says neither this nor the test's",
+        "`evaluation`: the test's cap (512), the length the selected checkpoint is tested at"),
+}
 
 
 def validation_cot_cap(rl: dict, evaluation: dict | None = None) -> int:

@@ -12,7 +12,7 @@ import json
 import os
 
 from softtokens.run import paths
-from softtokens.run.config import cell_lr, cell_rl, resolved_logging, validation_cot_cap
+from softtokens.run.config import cell_grid, cell_lr, cell_rl, resolved_logging, validation_cot_cap
 from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS, TOY_SOURCE, built_by_workflow, packaged_name
 from softtokens.run.paths import Run, parse_arm, parse_trained
 from softtokens.run.provenance import config_hash
@@ -103,14 +103,19 @@ class GridJobs(GridTargets):
         """A run's settings: its cell's rl (with `auto` memory settings chosen by the memory plan, where
         the workflow hands in the resolver), mode, seed and learning rate."""
         mode, variant = parse_arm(arm)
-        rl = cell_rl(self.config, self.name, model, dataset, variant)
-        rl["validation_cot_max_tokens"] = validation_cot_cap(rl, self.grid["evaluation"])
+        grid = cell_grid(self.config, self.name, model, dataset, variant)   # another grid's name: its settings
+        rl = cell_rl(self.config, grid, model, dataset, variant)
+        rl["validation_cot_max_tokens"] = validation_cot_cap(rl, self.config["grids"][grid]["evaluation"])
         if self.resolve_rl is not None:
-            rl = self.resolve_rl(self.config, self.name, model, rl, mode != "hard")
-        s = dict(rl, mode=mode, seed=int(seed), lr=cell_lr(self.config, self.name, model, dataset, variant))
+            rl = self.resolve_rl(self.config, grid, model, rl, mode != "hard")
+        s = dict(rl, mode=mode, seed=int(seed), lr=cell_lr(self.config, grid, model, dataset, variant))
         if variant:  # recorded in provenance; the default runs' settings stay as they were
             s["variant"] = variant
         return dumps(s)
+
+    def run_settings(self, run: Run) -> dict:
+        """A run's resolved training settings (train_settings, as a dict)."""
+        return json.loads(self.train_settings(run.model, run.dataset, run.arm, run.seed))
 
     def logging_settings(self) -> str:
         """The config's `logging` block (train.telemetry): where runs mirror their TensorBoard stream."""

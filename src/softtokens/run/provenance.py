@@ -100,10 +100,15 @@ class Provenance:
         self.expected: dict[str, str] = {}  # upstream path -> the settings hash the config gave it (audit)
         self.seeds = seeds or {}
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        self.inputs = dict(hashed) if hashed is not None else hashed_inputs(inputs or {})
         # the chain's leaves: what the job read from outside the workflow (a hub model or dataset at a revision, a
         # local model directory or data copy by its content, a packaged file), checked again by audit.leaves
         self.external: dict[str, dict] = {}
+        if hashed is not None:
+            self.inputs = dict(hashed)
+        else:   # a file no job made (it has no record: a user's own data file) is a leaf, not an input
+            given = {k: v for k, v in (inputs or {}).items() if v is not None and Path(v).exists()}
+            self.inputs = hashed_inputs({k: v for k, v in given.items() if _has_record(v)})
+            self.external.update({k: local_leaf(v) for k, v in given.items() if not _has_record(v)})
         self._pending: dict[str, threading.Thread] = {}
 
     def add_external(self, name: str, ref: str) -> None:
@@ -186,6 +191,13 @@ def hashed_inputs(inputs: dict[str, str | os.PathLike | None]) -> dict[str, dict
     """Each input that exists, by path and sha256: what a record holds of the job outputs it was made from."""
     return {name: {"path": _rel(p), "sha256": sha256_path(p)} for name, p in inputs.items()
             if p is not None and Path(p).exists()}
+
+
+def _has_record(path: str | os.PathLike) -> bool:
+    """Whether a job made ``path`` (it carries a record), cheaply: a JSON file is taken to embed its own (an
+    evaluation file is megabytes; the audit reads it in full)."""
+    path = Path(path)
+    return path.suffix == ".json" or record_path(path).is_file()
 
 
 def local_leaf(path: str | os.PathLike) -> dict:

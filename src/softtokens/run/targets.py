@@ -5,6 +5,7 @@ Names come from run.paths, so a target and the rule that makes it cannot spell a
 from __future__ import annotations
 
 import difflib
+import functools
 import glob
 import json
 import os
@@ -15,6 +16,7 @@ from softtokens.run.config import EVAL_DEFAULTS, cell_rl, resolved_rl
 from softtokens.run.names import setting_mode
 from softtokens.run.paths import Run, parse_arm
 from softtokens.run.figure_targets import FigureTargets
+from softtokens.run.identity import SharedRuns
 from softtokens.run.sweeps import SweepTargets
 
 
@@ -23,7 +25,7 @@ def dumps(settings: dict) -> str:
     return json.dumps(settings, sort_keys=True)
 
 
-class GridTargets(FigureTargets, SweepTargets):
+class GridTargets(FigureTargets, SharedRuns, SweepTargets):
     """The files ``config["grid"]`` (a checked config: config.check_config) makes: its runs, their
     evaluations, tables, figures and reports, and the rows of its ablation tables."""
 
@@ -49,7 +51,12 @@ class GridTargets(FigureTargets, SweepTargets):
                 for c in grid["training"] for mode in c["modes"] for seed in c["seeds"]]
 
     def run_file(self, run: Run, name: str, results: str | None = None) -> str:
+        """A run's file; a run that is another's name (run.identity) has its own selected.json (pointing at the
+        other's), every other file is the run's it is."""
+        if name != paths.SELECTED and results is None:
+            run = self.shared.get(run, (run,))[0]
         return f"{paths.run_dir(results or self.results, run)}/{name}"
+
 
     def evaluated_models(self) -> list[tuple[str, str]]:
         """(model, trained) pairs: each evaluated base model and every run trained from it (a sweep's runs

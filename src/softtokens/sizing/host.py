@@ -108,12 +108,13 @@ class HostPlan:
         self.graders = pool_size(int(train.get("cpus_per_gpu", 1)) if self.on_gpu else 1)
 
     def train(self, model: str, dataset: str, arm: str, main: bool = True) -> dict[str, float]:
-        from softtokens.run.config import cell_rl
+        from softtokens.run.config import cell_grid, cell_rl
         from softtokens.run.paths import parse_arm
         from softtokens.sizing.plan import grid_architecture, resolve_memory, train_job_for
 
         mode, variant = parse_arm(arm)
-        rl = resolve_memory(self.config, self.name, model, cell_rl(self.config, self.name, model, dataset, variant),
+        grid = cell_grid(self.config, self.name, model, dataset, variant)   # another grid's name: its settings
+        rl = resolve_memory(self.config, grid, model, cell_rl(self.config, grid, model, dataset, variant),
                             mode != "hard")
         job = train_job_for(self.grid, model, rl, self.prompt, mode != "hard", rl["micro_batch_size"],
                             bool(rl["activation_checkpointing"]))

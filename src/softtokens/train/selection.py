@@ -83,10 +83,16 @@ def identity_problem(checkpoint: str | Path, run_dir: str | Path, step: int | No
     another run or grid, are whole checkpoints with valid manifests: only their identity tells them apart. ``step``:
     the step the run's selection chose. Returns the problem, naming the run the checkpoint is really from."""
     from softtokens.model.checkpoint import TrainerState
-    from softtokens.run.paths import METRICS, parse_run_path
+    from softtokens.run.paths import METRICS, SELECTED, parse_run_path
     from softtokens.run.provenance import read_record
 
     checkpoint, run_dir = Path(checkpoint), Path(run_dir)
+    shared = share_of(run_dir)   # a run that is another's name: the checkpoint is that run's
+    if shared is not None:
+        problem = share_problem(run_dir / SELECTED)
+        if problem:
+            return problem
+        run_dir = shared
     keys = parse_run_path(run_dir / METRICS)
     state = TrainerState.read(checkpoint)
     held = {"mode": state.config.get("mode"), "seed": state.config.get("seed"), "variant": state.config.get("variant", "")}
@@ -110,3 +116,42 @@ def identity_problem(checkpoint: str | Path, run_dir: str | Path, step: int | No
         return None
     return (f"checkpoint {checkpoint} is not run {run_dir}'s: " + "; ".join(why) + ". Nothing was computed from it: "
             f"put the run's own checkpoint back, or retrain the run (snakemake --forcerun train {run_dir / METRICS})")
+
+
+SHARED_WITH = "shared_with"   # in a selected.json: the run directory whose selection (and files) it shares
+
+
+def share_of(run_dir: str | Path) -> Path | None:
+    """The run another run's name points at (its selected.json's SHARED_WITH), None for a run of its own."""
+    from softtokens.run.paths import SELECTED
+
+    sel = Path(run_dir) / SELECTED
+    try:
+        other = json.loads(sel.read_text()).get(SHARED_WITH) if sel.is_file() else None
+    except (json.JSONDecodeError, OSError):
+        return None
+    return Path(other) if other else None
+
+
+def share_problem(selected: str | Path) -> str | None:
+    """Whether a shared selection (softtokens select --share) is one: the run it names computes what this name asks
+    for (the same model and training set; the same settings less the name and memory-only keys: run.identity),
+    held against that run's training record, not against what the shared file says of itself."""
+    from softtokens.run.identity import computing_settings
+    from softtokens.run.paths import METRICS, parse_run_path
+    from softtokens.run.provenance import read_record
+
+    selected = Path(selected)
+    asked = (read_record(selected) or {}).get("config") or {}
+    other = share_of(selected.parent)
+    trained = (read_record(other / METRICS) or {}).get("config") if other else None
+    if other is None or trained is None:
+        return f"{selected} shares a run that is not there ({other})"
+    mine, theirs = parse_run_path(selected), parse_run_path(other / METRICS)
+    same_cell = (mine["model"], mine["train_dataset"]) == (theirs["model"], theirs["train_dataset"])
+    if not same_cell or computing_settings(asked) != computing_settings(trained):
+        diff = sorted(k for k in set(computing_settings(asked)) | set(computing_settings(trained))
+                      if asked.get(k) != trained.get(k))
+        return (f"{selected} shares run {other}, which does not compute what it asks for "
+                f"({'another model or training set' if not same_cell else 'settings ' + ', '.join(diff) + ' differ'})")
+    return None
