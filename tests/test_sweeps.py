@@ -115,6 +115,39 @@ def test_a_clear_winner_is_a_finding_and_values_within_noise_are_not():
     assert "not the same, but within noise" in agree[0]["statement"]
 
 
+def test_differences_are_paired_on_the_validation_questions_and_ties_read_family_wise():
+    """Two values scored on the same 500 questions, B right on A's 260 and on 10 more: unpaired, a 2-point
+    difference is within noise (binomial errors of 2.2 points each); paired, the questions both get right or wrong
+    cancel and it is a finding. Ties are read at a z Bonferroni-corrected over the K - 1 comparisons with the
+    winner, and the winner's optimism (were all K equal) is stated."""
+    from softtokens.search.selection import expected_max, family_z
+
+    a = "1" * 260 + "0" * 240
+    b = "1" * 270 + "0" * 230
+    runs = {1e-6: [0.52], 2e-6: [0.54]}
+    unpaired = select("m", "d", "learning_rate", "hard", runs, 500, None, "configured")
+    paired = select("m", "d", "learning_rate", "hard", runs, 500, None, "configured", outcomes={1e-6: [a], 2e-6: [b]})
+    assert not unpaired.finding and "unpaired" in unpaired.noise
+    assert paired.finding and paired.selected == 2e-6 and "paired on the same 500 validation questions" in paired.noise
+    assert family_z(2) == pytest.approx(1.96, abs=0.01) and family_z(10) == pytest.approx(2.77, abs=0.01)
+    assert expected_max(10) == pytest.approx(1.5388, abs=1e-3) and expected_max(1) == 0.0
+    ten = select("m", "d", "learning_rate", "hard", {v * 1e-6: [0.5 + 0.001 * v] for v in range(1, 11)}, 500, None,
+                 "configured")
+    assert ten.z == pytest.approx(2.77, abs=0.01)
+    assert ten.optimism == pytest.approx(expected_max(10) * ten.values[-1]["se"])
+
+
+def test_a_models_train_sets_combine_into_its_one_value():
+    """The paper reports one learning rate per model: per model, its train sets' means averaged (each weighted
+    equally), the difference's error from theirs."""
+    from softtokens.search.selection import COMBINED, Search, combine
+
+    gsm = Search({6e-6: [0.70, 0.72], 8e-6: [0.60, 0.61]}, {}, 500)
+    math_ = Search({6e-6: [0.30, 0.31], 8e-6: [0.36, 0.37]}, {}, 500)
+    s = combine({"gsm8k": gsm, "math": math_}, "llama-3b", "learning_rate", "hard", 6e-6, "paper", [])
+    assert s.dataset == COMBINED and s.selected == 6e-6 and s.values[0]["mean"] == pytest.approx((0.71 + 0.305) / 2)
+
+
 def test_the_report_says_not_yet_run_until_the_search_has_results():
     from softtokens.report.sweeps import sweep_blocks
 

@@ -90,7 +90,8 @@ def selection_problems(path: Path, doc: dict, rec: dict) -> list[str]:
     out = []
     # the base's score and the failed-to-learn verdict where the file has them (selections made before those
     # were recorded lack them, and are not edits for it)
-    keys = ("step", "val_greedy_accuracy", *(k for k in ("base_val_greedy_accuracy", "failed_to_learn") if k in doc))
+    keys = ("step", "val_greedy_accuracy",
+            *(k for k in ("base_val_greedy_accuracy", "failed_to_learn", "val_correct") if k in doc or k in now))
     for key in keys:
         if doc.get(key) != now[key]:
             out.append(f"EDITED {path}: {key} says {doc.get(key)!r}, the validation rows of {metrics} give "

@@ -238,7 +238,8 @@ def cmd_config(a) -> None:
     """Each training cell's resolved RL settings, and what differs from the paper's."""
     import yaml
 
-    from softtokens.run.config import PAPER_RL, READINGS, cell_rl
+    from softtokens.run.config import PAPER_RL, cell_rl
+    from softtokens.run.readings import READINGS
 
     config, grid = grid_config(a)
     cells = {}

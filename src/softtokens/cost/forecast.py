@@ -11,11 +11,10 @@ runs as long as its longest row: an upper bound where CoTs stop early, close whe
   its share at once: rollouts do not divide over GPUs, the rows do + the update of B·G x (prompt + S)
   tokens, whose FLOPs divide over the P GPUs) + every greedy validation (its rows over P, in waves of the plan's
   val_batch_size slots, its own CoT cap) + grading every answer (rates.throughput.GRADING_ANSWERS_PER_S) + the saves
-  the loop makes (train.config.save_schedule: the resume state at every validation and every
-  ``resume_save_steps``, a best checkpoint at most once per validation), each blocking the run only
-  while it is staged to host memory (the write runs in the background: train.resume);
-- an evaluation: ceil(rows / batch) batches of S steps at the batch's decode step, rows = questions x
-  (n_samples for a sampled setting, 1 for a greedy one);
+  the loop makes (train.config.save_schedule: the resume state at every validation and every ``resume_save_steps``,
+  a best checkpoint at most once per validation), each blocking the run while it is staged (train.resume);
+- an evaluation: ceil(rows / batch) batches of S steps at the batch's decode step, rows = questions x (n_samples
+  for a sampled setting, 1 for a greedy one);
 - an out-of-domain evaluation: the log-likelihood pass every protocol runs (the NLL column) and, under
   the generative protocol, one greedy hard CoT per question.
 
@@ -48,8 +47,9 @@ from softtokens.rates.throughput import (
 )
 from softtokens.reward.pool import pool_size
 from softtokens.run import paths
-from softtokens.run.config import cell_rl, validation_cot_cap
+from softtokens.run.config import cell_rl
 from softtokens.run.identity import shared_note
+from softtokens.run.readings import validation_cot_cap
 from softtokens.run.jobs import GPU_KINDS, GridJobs, train_processes
 from softtokens.run.names import is_sampled, setting_mode
 from softtokens.sizing.gpus import with_resolved_gpus

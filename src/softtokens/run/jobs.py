@@ -12,7 +12,8 @@ import json
 import os
 
 from softtokens.run import paths
-from softtokens.run.config import cell_grid, cell_lr, cell_rl, resolved_logging, validation_cot_cap
+from softtokens.run.config import cell_grid, cell_lr, cell_rl, resolved_logging
+from softtokens.run.readings import validation_cot_cap
 from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS, TOY_SOURCE, built_by_workflow, packaged_name
 from softtokens.run.paths import Run, parse_arm, parse_trained
 from softtokens.run.provenance import config_hash

@@ -235,7 +235,7 @@ def plan_budget(grid: dict) -> float | None:
 
 def train_job_for(grid: dict, model: str, rl: dict, prompt: int, continuous: bool, micro_batch: int,
                checkpointing: bool) -> TrainJob:
-    from softtokens.run.config import validation_cot_cap
+    from softtokens.run.readings import validation_cot_cap
 
     processes = train_processes(grid, model)
     val_rows = -(-rl["val_size"] // processes)

@@ -49,6 +49,13 @@ class Interrupted(RuntimeError):
     saved and the job exits non-zero, so Snakemake's retry or SLURM's requeue resumes it."""
 
 
+def validation_samples(cfg: TrainConfig, rows: list[dict], finished, graded, n: int) -> list[dict]:
+    """The first ``n`` validation questions with the CoT, answer and reward the run gave them (telemetry)."""
+    return [{"question": row["question"], "cot": out.cot_text, "answer": out.completion, "gold": row["answer"],
+             "reward": reward_of_grade(g, cfg.reward_correct, cfg.reward_boxed_wrong, cfg.reward_no_box)}
+            for row, out, g in list(zip(rows, finished, graded))[:n]]
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, base_model: str, train_rows: list[dict], val_rows: list[dict],
                  state_dir: Path, threads: int = 1, grader=None, grading_pool: GradingPool | None = None,
@@ -165,12 +172,11 @@ class Trainer:
         finished, graded = greedy_validation(self.engine, mine, cfg.validation_setting, cfg.validation_cot_max_tokens,
                                              cfg.answer_max_tokens, cfg.val_batch_size, cfg.grading_timeout_s,
                                              cfg.placement, self.grade_all)
-        (correct,) = self.dp.sum([sum(g.correct for g in graded)])
-        self.telemetry.log_samples([
-            {"question": row["question"], "cot": out.cot_text, "answer": out.completion, "gold": row["answer"],
-             "reward": reward_of_grade(g, cfg.reward_correct, cfg.reward_boxed_wrong, cfg.reward_no_box)}
-            for row, out, g in list(zip(mine, finished, graded))[: self.telemetry.samples]], step)
-        return {"kind": "validation", "step": step, "val_greedy_accuracy": correct / len(self.val_rows)}
+        # each question's outcome in the set's order ("1": right): a search compares values on the same questions
+        outcomes = "".join(self.dp.gather_objects("".join("01"[g.correct] for g in graded)))
+        self.telemetry.log_samples(validation_samples(cfg, mine, finished, graded, self.telemetry.samples), step)
+        return {"kind": "validation", "step": step, "val_greedy_accuracy": outcomes.count("1") / len(self.val_rows),
+                "val_correct": outcomes}
 
     def save(self, name: str, step: int, with_optimizer: bool, val_greedy_accuracy: float | None = None) -> None:
         state = TrainerState(step=step, best_val=self.best_val, base_val=self.base_val,

@@ -36,7 +36,9 @@ def select_best(metrics: list[dict]) -> dict:
             "base_val_greedy_accuracy": base,
             "improved_over_base": None if base is None else acc > base,
             "failed_to_learn": failed,
-            "validated_steps": [m["step"] for m in vals]}
+            "validated_steps": [m["step"] for m in vals],
+            # each validation question's outcome at that step ("1": right), where the run recorded them
+            **({"val_correct": best["val_correct"]} if "val_correct" in best else {})}
 
 
 class CheckpointError(RuntimeError):
