@@ -1,4 +1,6 @@
 
+import json
+
 import pytest
 
 from softtokens.audit.chain import audit
@@ -55,7 +57,7 @@ def test_directory_hash_ignores_its_provenance(tmp_path):
 def test_audit_follows_the_chain_and_flags_changes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "data.jsonl"
-    data.write_text('{"id": 1}\n')
+    data.write_text('{"id": "a"}\n{"id": "b"}\n')
     Provenance("prepare_data", {"seed": 1}).write_sidecar(data)
     result = tmp_path / "eval.json"
     prov = Provenance("evaluate", {"setting": "hard_greedy"}, inputs={"data": data})
@@ -71,10 +73,11 @@ def test_audit_follows_the_chain_and_flags_changes(tmp_path, monkeypatch):
     assert problems == 0, text
     assert "[tables]" in text and "[evaluate]" in text and "[prepare_data]" in text
 
-    data.write_text('{"id": 2}\n')  # the data changed after the evaluation was made, by no job of ours:
-    lines, problems = audit(table)   # it is not what the evaluation read, nor what its own job wrote
-    text = "\n".join(lines)
-    assert problems == 2 and "data: CHANGED data.jsonl" in text and "CHANGED data.jsonl since its job wrote it" in text
+    data.write_text('{"id": "a"}\n{"id": "c"}\n')  # the data changed after the evaluation was made, by no job of
+    lines, problems = audit(table)   # ours: it is not what the evaluation read, nor what its own job wrote, and
+    text = "\n".join(lines)         # the evaluation's rows are no longer its questions
+    assert problems == 3 and "data: CHANGED data.jsonl" in text and "CHANGED data.jsonl since its job wrote it" in text
+    assert "rows are not its test set data.jsonl (2 questions): missing 1 (c); not in it 1 (b)" in text
     data.unlink()
     lines, problems = audit(table)
     assert problems == 1 and "MISSING data.jsonl" in "\n".join(lines)
@@ -149,3 +152,26 @@ def test_a_deferred_check_refuses_flipped_bytes_before_anything_is_kept(tmp_path
         confirm_checkpoint(model)
     with pytest.raises(CheckpointDamaged, match=r"refused: .*model.safetensors"):
         evaluate(str(ckpt), toy_rows["test"][:2], "hard_greedy", 1, 4, 2, 4, seed=0)
+
+
+def test_two_seeds_with_identical_answers_are_flagged(tmp_path, monkeypatch):
+    """One seed's evaluation file copied over another's (its record edited to match): every question got the same
+    answer in both, which two seeds trained apart do not do on a set with right and wrong answers. Files whose
+    answers are all the same carry no information and are not flagged."""
+    from softtokens.audit.rows import identical_seed_problems
+
+    monkeypatch.chdir(tmp_path)
+    files = []
+    for seed, rows in ((0, [1, 0, 1, 1]), (1, [1, 0, 1, 1]), (2, [0, 0, 1, 1])):
+        p = tmp_path / f"results/eval/m/ds-hard-seed{seed}/bench/hard_greedy.json"
+        p.parent.mkdir(parents=True)
+        p.write_text(json.dumps({"problems": [{"id": f"q{i}", "n": 1, "correct": c} for i, c in enumerate(rows)]}))
+        files.append(p)
+    said = identical_seed_problems(files)
+    assert len(said) == 1 and "IDENTICAL SEEDS" in said[0] and "seed1" in said[0] and "seed0" in said[0]
+    for p in files:
+        doc = json.loads(p.read_text())
+        for r in doc["problems"]:
+            r["correct"] = 0
+        p.write_text(json.dumps(doc))
+    assert identical_seed_problems(files) == []

@@ -12,6 +12,8 @@ import yaml
 from softtokens import cli
 from softtokens.audit.status import STALE_AFTER_S, grid_status, status_text
 from softtokens.run import paths
+from softtokens.run.files import write_json
+from softtokens.run.provenance import Provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +45,8 @@ def test_status_of_a_grid_with_a_run_in_every_state(tmp_path, capsys):
     grid["resources"] = {"train": {"gpu": 2}, "evaluate": {"gpu": 1}}
     results, total = grid["results"], grid["rl"]["steps"]
     run = {s: Path(results) / "runs/toy/toyarith/hard" / f"seed{s}" for s in range(4)}
-    write_rows(run[0] / paths.METRICS, steps(total))                       # done
+    write_rows(run[0] / paths.METRICS, steps(total))                       # done, as its job wrote it
+    Provenance("train", {}).write_sidecar(run[0] / paths.METRICS)
     write_rows(run[0] / paths.ATTEMPTS, [{"attempt": 1, "host": "elsewhere"}, {"attempt": 2, "host": "elsewhere"}])
     write_rows(run[1] / paths.RESUME / paths.METRICS, steps(5))             # running: written a minute ago,
     with open(run[1] / paths.RESUME / paths.METRICS, "a") as f:            # its step 6 half-way written
@@ -53,7 +56,8 @@ def test_status_of_a_grid_with_a_run_in_every_state(tmp_path, capsys):
     write_rows(run[2] / paths.RESUME / paths.METRICS, steps(9), age_s=2 * STALE_AFTER_S)  # failed: silent
     write_rows(run[2] / paths.ATTEMPTS, [{"attempt": 1, "host": "node7"}], age_s=2 * STALE_AFTER_S)
     base = Path(results) / "eval/toy/base/toyarith"
-    write_rows(base / "hard_greedy.json", [{}])
+    base.mkdir(parents=True)
+    write_json(base / "hard_greedy.json", Provenance("evaluate", {}).embedded({}))
     logs = Path(results) / "logs/evaluate/toy/base/toyarith"
     write_rows(logs / "hard_sample.log", [{}], age_s=10)                     # running
     write_rows(logs / "soft_greedy.log", [{}], age_s=2 * STALE_AFTER_S)      # failed
@@ -98,3 +102,31 @@ def test_status_shows_the_toy_base_being_built(tmp_path):
     assert toy_base_status(model, time.time() + STALE_AFTER_S + 1)["state"] == "failed"
     Path(model).mkdir()
     assert toy_base_status(model, time.time())["state"] == "done"
+
+
+def test_a_run_or_evaluation_whose_files_are_not_its_jobs_is_not_done(tmp_path):
+    """status reads what the audit reads: a finished run's metrics cut short (or edited) after its job wrote them,
+    or an evaluation file edited, is not "done"; the line says why."""
+    config = copy.deepcopy(yaml.safe_load((ROOT / "config.yaml").read_text()))
+    grid = config["grids"]["toy"]
+    grid["results"] = str(tmp_path / "results")
+    grid["training"] = [{"model": "toy", "dataset": "toyarith", "modes": ["hard"], "seeds": [0, 1]}]
+    grid.pop("sweep")
+    results, total = grid["results"], grid["rl"]["steps"]
+    for seed in (0, 1):
+        metrics = Path(results) / f"runs/toy/toyarith/hard/seed{seed}" / paths.METRICS
+        write_rows(metrics, steps(total))
+        Provenance("train", {}).write_sidecar(metrics)
+    cut = Path(results) / "runs/toy/toyarith/hard/seed1" / paths.METRICS
+    cut.write_text("".join(cut.read_text().splitlines(keepends=True)[:8]))   # cut short after its job wrote it
+    base = Path(results) / "eval/toy/base/toyarith"
+    base.mkdir(parents=True)
+    doc = Provenance("evaluate", {}).embedded({"pass@1": 0.25})
+    write_json(base / "hard_greedy.json", {**doc, "pass@1": 0.5})             # a number edited
+    status = grid_status(config, "toy")
+    by_seed = {r.run: r for r in status["runs"]}
+    assert by_seed["toy/toyarith/hard/seed0"].state == "done"
+    bad = by_seed["toy/toyarith/hard/seed1"]
+    assert bad.state == "failed" and f"CHANGED {cut}" in bad.problem
+    assert next(e["state"] for e in status["evals"] if e["file"].endswith("base/toyarith/hard_greedy.json")) == "failed"
+    assert f"failed: toy/toyarith/hard/seed1 (CHANGED {cut}" in status_text(status)

@@ -269,6 +269,13 @@ def test_swapped_best_checkpoints_are_refused_before_anything_is_written_naming_
     a.rename(d / "aside")
     b.rename(a)
     (d / "aside").rename(b)
+    # and the runs' own records of their checkpoints made to agree with the swap (what a forger edits next)
+    from softtokens.model.checkpoint import manifest_sha256
+
+    for run in (RUN, fuzzy):
+        ckpt = d / run / "checkpoints"
+        _edit(ckpt / "provenance.json", lambda rec, c=ckpt: rec["output"].update(
+            {"sha256": manifest_sha256(c, ("best", "latest"))}))
     cell = "results/toy/eval/toy/toyarith-hard-seed0/toyarith/hard_greedy.json"
     before = (d / cell).read_bytes()
     proc = snakemake(cell, *_args(d), "--cores", "1", "--forcerun", cell)
@@ -524,3 +531,147 @@ def test_runs_that_failed_to_learn_are_named_everywhere(tiny_dag):
     status = subprocess.run([str(BIN / "softtokens"), "status", "--config", "tiny.yaml"], cwd=tiny_dag,
                             capture_output=True, text=True)
     assert "4 run(s) failed to learn" in status.stdout and "toy/toyarith/hard/seed0: no trained step" in status.stdout
+
+
+# ---------------------------------------------------------------- issue 63: attacks a rehashed record cannot pass
+LOGLIK = "results/toy/eval/toy/toyarith-hard-seed0/toychoice/loglik.json"
+
+
+def _rehash(path: Path, change) -> None:
+    """An edit by a careful forger: the document's own hash redone (it is unkeyed: anyone can)."""
+    from softtokens.run.provenance import CONTENT_HASH, content_sha256
+
+    def both(doc):
+        change(doc)
+        doc["provenance"][CONTENT_HASH] = content_sha256(doc)
+    _edit(path, both)
+
+
+def test_a_sidecar_beside_an_embedded_record_is_refused_naming_both(tiny_dag, tmp_path):
+    """pass@1 set to 0.50 (rows untouched, no hash redone), then a sidecar beside the file: its embedded record
+    copied, the file's sha256 filled in. It once switched every check of the file off; now the embedded record is
+    the file's, and two records are an error naming both."""
+    from softtokens.run.files import sha256_path
+
+    d = _copy(tiny_dag, tmp_path)
+    before = _bytes(d, *SUMMARIES)
+    _edit(d / EVAL, lambda doc: doc.update({"pass@1": 0.5}))
+    rec = json.loads((d / EVAL).read_text())["provenance"]
+    (d / f"{EVAL}.prov.json").write_text(json.dumps({**rec, "output": {"path": EVAL, "sha256": sha256_path(d / EVAL)}}))
+    _refused_rebuild(d, before, f"TWO RECORDS {EVAL}", f"{EVAL}.prov.json", f"EDITED {EVAL}")
+    audit = _audit(d, "results/toy/tables/main.md")
+    assert audit.returncode == 1 and f"TWO RECORDS {EVAL}" in audit.stdout
+
+
+def test_a_record_without_its_hash_and_rows_cut_to_match_are_refused(tiny_dag, tmp_path):
+    """content_sha256 removed, every wrong row dropped, n_problems and pass@1 set to match: no hash is a failure, and
+    the rows are held to the test set (every question once)."""
+    from softtokens.eval.metrics import mean_pass_at_k
+
+    d = _copy(tiny_dag, tmp_path)
+    before = _bytes(d, *SUMMARIES)
+
+    def cut(doc):
+        doc["provenance"].pop("content_sha256")
+        doc["problems"] = [r for r in doc["problems"] if r["correct"] == r["n"]] or doc["problems"][:1]
+        doc["n_problems"] = len(doc["problems"])
+        doc["pass@1"] = mean_pass_at_k([(r["n"], r["correct"]) for r in doc["problems"]], 1)
+        doc["pass@k"] = {"1": doc["pass@1"]}
+    _edit(d / EVAL, cut)
+    out = _refused_rebuild(d, before, f"NO HASH {EVAL}")
+    assert f"EDITED {EVAL}: its rows are not its test set" in out
+    audit = _audit(d, "results/toy/tables/main.md")
+    assert audit.returncode == 1 and f"NO HASH {EVAL}" in audit.stdout and "rows are not its test set" in audit.stdout
+
+
+def test_a_selection_moved_to_another_step_is_refused_against_the_checkpoint_it_names(tiny_dag, tmp_path):
+    """selected.json moved to another step, the metrics' validation rows edited to make that step the best, both
+    files' hashes redone: the checkpoint the selection names holds the step its training saved, not the one claimed."""
+    from softtokens.run.files import sha256_path
+    from softtokens.train.selection import select_best
+
+    d = _copy(tiny_dag, tmp_path)
+    before = _bytes(d, *SUMMARIES)
+    metrics = d / RUN / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    chosen = json.loads((d / RUN / "selected.json").read_text())["step"]
+    other = next(r["step"] for r in rows if r["kind"] == "validation" and r["step"] not in (0, chosen))
+    for r in rows:
+        if r["kind"] == "validation" and r["step"] == other:
+            r["val_greedy_accuracy"] = 1.0
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    side = d / RUN / "metrics.jsonl.prov.json"
+    _edit(side, lambda rec: rec["output"].update({"sha256": sha256_path(metrics)}))
+    _rehash(d / RUN / "selected.json", lambda doc: doc.update(
+        {k: v for k, v in select_best(rows).items() if k in ("step", "val_greedy_accuracy", "val_correct")}))
+    proc = snakemake(*_args(d), "--cores", "1")   # the edited metrics remake the selection, which refuses
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"but validation picks step {other}" in out, out[-3000:]
+    assert _bytes(d, *SUMMARIES) == before
+    audit = _audit(d, "results/toy/tables/main.md")
+    assert audit.returncode == 1 and "NOT ITS RUN'S" in audit.stdout
+
+
+def test_self_consistent_rows_are_held_to_what_they_store(tiny_dag, tmp_path):
+    """Out of domain, a question's `correct` flipped with the accuracy to match and the document rehashed: `correct`
+    is recomputed from its answer and gold; its NLL edited the same way: recomputed from its stored
+    log-likelihoods. Both named by the table's rebuild."""
+    d = _copy(tiny_dag, tmp_path)
+    before = _bytes(d, *SUMMARIES)
+
+    def flipped(doc):
+        row = doc["problems"][0]
+        row["correct"] = not row["correct"]
+        doc["accuracy"] = sum(bool(r["correct"]) for r in doc["problems"]) / len(doc["problems"])
+        doc["problems"][1]["nll_correct"] += 0.5
+        doc["nll_correct"] = sum(r["nll_correct"] for r in doc["problems"]) / len(doc["problems"])
+    _rehash(d / LOGLIK, flipped)
+    out = _refused_rebuild(d, before, f"EDITED {LOGLIK}: question", "nll_correct")
+    assert "says correct=" in out and "is not its stored log-likelihood" in out
+
+
+def test_a_table_or_report_whose_sibling_output_was_edited_is_refused(tiny_dag, tmp_path):
+    """The CSV a table job wrote beside its Markdown, and the report's cells.csv, edited: a rebuild says "nothing to
+    be done", so the audit must read every output of a job by its hash, not its existence."""
+    d = _copy(tiny_dag, tmp_path)
+    for f in ("results/toy/tables/main.csv", "results/toy/report/cells.csv"):
+        (d / f).write_text((d / f).read_text() + "forged,row\n")
+    audit = _audit(d, "results/toy/tables/main.md")
+    assert audit.returncode == 1 and "CHANGED results/toy/tables/main.csv since its job wrote it" in audit.stdout
+    audit = _audit(d, "results/toy/report/reproduction.md")
+    assert audit.returncode == 1 and "CHANGED results/toy/report/cells.csv since its job wrote it" in audit.stdout
+
+
+def test_a_result_made_under_another_config_is_named_by_the_audit(tiny_dag, tmp_path):
+    """The config's rl steps edited after the grid ran: every hash still holds, but the runs (and what rests on them)
+    are not what the config now asks for."""
+    d = _copy(tiny_dag, tmp_path)
+    assert _audit(d, "results/toy/tables/main.md", "--config", "tiny.yaml").returncode == 0
+    config = yaml.safe_load((d / "tiny.yaml").read_text())
+    config["grids"]["toy"]["rl"]["steps"] = 5
+    (d / "tiny.yaml").write_text(yaml.safe_dump(config))
+    audit = _audit(d, "results/toy/tables/main.md", "--config", "tiny.yaml")
+    assert audit.returncode == 1 and f"MADE UNDER ANOTHER CONFIG {RUN}/metrics.jsonl: its train job" in audit.stdout
+
+
+def test_audit_rerun_makes_a_cell_again_and_finds_an_edit_every_hash_agrees_with(tiny_dag, tmp_path):
+    """Re-execution, what an unkeyed hash cannot give: one cell made again from its checkpoint and test set is equal
+    to its file, bit for bit; after a row's `correct` is flipped with pass@1 to match and the document rehashed (every
+    hash agrees), the re-execution names the difference, and the report says what re-execution found."""
+    d = _copy(tiny_dag, tmp_path)
+    cell = ("results/toy/tables/main.md", "--row", "toy toyarith hard", "--column", "toyarith Greedy pass@1")
+    ok = _audit(d, *cell, "--rerun")
+    assert ok.returncode == 0 and "1 evaluation file(s) re-run: 1 equal, 0 differ" in ok.stdout, ok.stdout + ok.stderr
+
+    def forged(doc):
+        row = doc["problems"][0]
+        row["correct"] = 1 - row["correct"]
+        from softtokens.eval.metrics import mean_pass_at_k
+        counts = [(r["n"], r["correct"]) for r in doc["problems"]]
+        doc["pass@1"], doc["pass@k"] = mean_pass_at_k(counts, 1), {"1": mean_pass_at_k(counts, 1)}
+    _rehash(d / EVAL, forged)
+    assert _audit(d, EVAL).returncode == 0   # every hash agrees: only re-execution can tell
+    bad = _audit(d, *cell, "--rerun")
+    assert bad.returncode == 1 and "DIFFERS" in bad.stdout and "pass@1" in bad.stdout
+    reruns = [json.loads(x) for x in (d / "results/toy/audit/reruns.jsonl").read_text().splitlines()]
+    assert [r["equal"] for r in reruns] == [True, False]

@@ -30,7 +30,23 @@ def value_from_rows(path: Path, metric: str) -> float | None:
     return 100 * mean_pass_at_k([(r["n"], r["correct"]) for r in rows], k)
 
 
-def audit_cell(table: str | Path, row: str, column: str) -> tuple[list[str], int]:
+def find_cell(table: Path, row: str, column: str) -> dict:
+    """One cell of a table's index (TABLE.cells.json: its value and the evaluation files it was made of)."""
+    cells = json.loads(paths.cells_path(table).read_text())
+    match = [c for c in cells if c["row"] == row.strip() and c["column"] == column.strip()]
+    if not match:
+        rows = sorted({c["row"] for c in cells})
+        cols = sorted({c["column"] for c in cells})
+        raise KeyError(f"no cell ({row!r}, {column!r}) in {table}; rows: {rows}; columns: {cols}")
+    return match[0]
+
+
+def cell_files(table: str | Path, row: str, column: str) -> list[Path]:
+    """The evaluation files one table cell was made of (one per seed)."""
+    return [Path(p) for p in find_cell(Path(table), row, column)["evals"]]
+
+
+def audit_cell(table: str | Path, row: str, column: str, config: dict | None = None) -> tuple[list[str], int]:
     """The chain of one table cell: the cell -> its evaluation files (one per seed) -> selected
     checkpoint -> training run -> base model and data, each link with code version, config hash
     and input hashes (audit.chain). Flags a missing, changed or edited evaluation file, a value that
@@ -43,13 +59,7 @@ def audit_cell(table: str | Path, row: str, column: str) -> tuple[list[str], int
     cells_path = paths.cells_path(table)
     if not cells_path.exists():
         return [f"MISSING {cells_path} (the cell index written beside every table)"], 1
-    cells = json.loads(cells_path.read_text())
-    match = [c for c in cells if c["row"] == row.strip() and c["column"] == column.strip()]
-    if not match:
-        rows = sorted({c["row"] for c in cells})
-        cols = sorted({c["column"] for c in cells})
-        raise KeyError(f"no cell ({row!r}, {column!r}) in {table}; rows: {rows}; columns: {cols}")
-    cell = match[0]
+    cell = find_cell(table, row, column)
     lines = [f"cell {table.name.split('.')[0]} [{cell['row']}] [{cell['column']}] = {cell['value']} "
              f"({cell['setting']}, {cell['metric']}, {len(cell['evals'])} seed file(s))"]
     problems = 0
@@ -71,7 +81,7 @@ def audit_cell(table: str | Path, row: str, column: str) -> tuple[list[str], int
             problems += 1
         else:
             values.append(value)
-        sub, sub_problems = audit(p, 1)
+        sub, sub_problems = audit(p, 1, config=config)
         lines.extend(sub)
         problems += sub_problems
     if values and len(values) == len(cell["evals"]):

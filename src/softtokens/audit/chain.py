@@ -13,10 +13,16 @@ import json
 from pathlib import Path
 
 import softtokens
+from softtokens.audit.drift import drift_problem
 from softtokens.audit.leaves import leaf_lines
 from softtokens.audit.links import link_problems
 from softtokens.audit.records import current_sha256, record_problems
-from softtokens.audit.rows import row_problems, selection_problems, shared_selection_problems
+from softtokens.audit.rows import (
+    identical_seed_problems,
+    row_problems,
+    selection_problems,
+    shared_selection_problems,
+)
 from softtokens.run.provenance import _rel, read_record, record_path
 
 PACKAGE = Path(softtokens.__file__).resolve().parent
@@ -35,7 +41,7 @@ def node_problems(path: Path, rec: dict, deep: bool = True) -> list[str]:
     out = record_problems(path, rec, deep)
     if rec.get("stage") in EVAL_STAGES and record_path(path) == path:
         doc = json.loads(path.read_text())
-        out += row_problems(path, doc)
+        out += row_problems(path, doc, rec)
         out += link_problems(path, rec, doc)
     elif rec.get("stage") == SELECT_STAGE and record_path(path) == path:
         out += selection_problems(path, json.loads(path.read_text()), rec)
@@ -44,9 +50,10 @@ def node_problems(path: Path, rec: dict, deep: bool = True) -> list[str]:
     return out
 
 
-def audit(path: str | Path, _depth: int = 0, _seen: set | None = None) -> tuple[list[str], int]:
+def audit(path: str | Path, _depth: int = 0, _seen: set | None = None, config: dict | None = None) -> tuple[list[str], int]:
     """Walk a result's provenance chain back to its sources: printable lines and the number of
-    problems found (module docstring)."""
+    problems found (module docstring). ``config``: the current config (audit.drift), each result held to the
+    settings it gives that result's job."""
     seen = _seen if _seen is not None else set()
     pad = "  " * _depth
     path = Path(path)
@@ -66,12 +73,18 @@ def audit(path: str | Path, _depth: int = 0, _seen: set | None = None) -> tuple[
     lines = [f"{pad}{_rel(path)}  [{rec.get('stage')}]  code {code[:10]}{dirty} v{rec.get('softtokens_version')}  "
              f"config {rec.get('config_hash')}  {rec.get('finished')}  {rec.get('device', {}).get('name')}"]
     own = node_problems(path, rec)
+    drift = drift_problem(config, path, rec)
+    own += [drift] if drift else []
     lines += [f"{pad}  {p}" for p in own]
     problems = len(own)
     for name, leaf in rec.get("external_inputs", {}).items():
         said, bad = leaf_lines(name, leaf)
         lines += [f"{pad}  {line}" for line in said]
         problems += bad
+    copies = identical_seed_problems([Path(i["path"]) for i in rec.get("inputs", {}).values()
+                                      if Path(i["path"]).is_file()])
+    lines += [f"{pad}  {c}" for c in copies]
+    problems += len(copies)
     expected = rec.get("expected_inputs") or {}
     for name, inp in rec.get("inputs", {}).items():
         p = Path(inp["path"])
@@ -93,7 +106,7 @@ def audit(path: str | Path, _depth: int = 0, _seen: set | None = None) -> tuple[
             lines.append(f"{pad}  {name}: STALE {inp['path']} was made with settings {made}, the config of this "
                          f"job gave it {want}")
             problems += 1
-        sub, sub_problems = audit(p, _depth + 1, seen)
+        sub, sub_problems = audit(p, _depth + 1, seen, config)
         lines.extend(sub)
         problems += sub_problems
     return lines, problems

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from softtokens.audit.chain import node_problems, shipped
+from softtokens.audit.rows import identical_seed_problems
 from softtokens.run.provenance import read_record
 
 
@@ -30,7 +31,7 @@ def input_problems(inputs: list[Path]) -> list[str]:
             out.append(f"NO PROVENANCE RECORD {p}: no job of this workflow made it as it is")
             continue
         out += node_problems(p, rec, deep=False)
-    return out
+    return out + identical_seed_problems([p for p in map(Path, inputs) if p.exists()])
 
 
 def refuse_bad_inputs(inputs: list[Path], job: str) -> None:

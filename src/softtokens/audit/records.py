@@ -14,7 +14,7 @@ from pathlib import Path
 
 from softtokens.model.checkpoint import TrainerState, checkpoint_problem, manifest_sha256
 from softtokens.run.files import sha256_path
-from softtokens.run.provenance import CONTENT_HASH, config_hash, content_sha256, record_path
+from softtokens.run.provenance import CONTENT_HASH, config_hash, content_sha256, read_record, record_conflict, record_path
 
 
 def current_sha256(path: Path, deep: bool = True) -> tuple[str, str | None]:
@@ -37,22 +37,39 @@ def record_problems(path: Path, rec: dict, deep: bool = True) -> list[str]:
     if "config" in rec and rec.get("config_hash") and config_hash(rec["config"]) != rec["config_hash"]:
         out.append(f"EDITED RECORD {path}: its config hashes to {config_hash(rec['config'])}, the record says "
                    f"{rec['config_hash']} (the settings were changed after the job ran)")
+    conflict = record_conflict(path)
+    if conflict:
+        out.append(conflict)
+    out += hash_problems(path, rec, deep)
+    for other in rec.get("outputs") or []:   # the job's other outputs, each by its own record's hash
+        other = Path(other)
+        if not other.exists():
+            out.append(f"MISSING {other}: written by the same job as {path}, and gone")
+        elif other != path:
+            theirs = read_record(other)
+            out += ([f"NO PROVENANCE RECORD {other}: written by the same job as {path}"] if theirs is None
+                    else hash_problems(other, theirs, deep))
+    return out
+
+
+def hash_problems(path: Path, rec: dict, deep: bool = True) -> list[str]:
+    """The file against the hash its record holds of it; a record that holds none is a failure, never a skipped
+    check (a hash removed with the edit it would have caught passed once)."""
     if record_path(path) == path:  # embedded in a JSON document
         want = rec.get(CONTENT_HASH)
-        if want:
-            got = content_sha256(json.loads(path.read_text()))
-            if got != want:
-                out.append(f"EDITED {path}: the document (its numbers, rows or record) hashes to {got[:12]}, its "
-                           f"record holds {want[:12]}: changed after its job wrote it")
-    else:
-        want = (rec.get("output") or {}).get("sha256")
-        if want:
-            got, damaged = current_sha256(path, deep)
-            if damaged:
-                out.append(f"DAMAGED {path}: {damaged}")
-            elif got != want:
-                out.append(f"CHANGED {path} since its job wrote it (recorded {want[:12]}, now {got[:12]})")
-    for other in rec.get("outputs") or []:
-        if not Path(other).exists():
-            out.append(f"MISSING {other}: written by the same job as {path}, and gone")
-    return out
+        if not want:
+            return [f"NO HASH {path}: its embedded record holds no {CONTENT_HASH}: the document cannot be checked"]
+        got = content_sha256(json.loads(path.read_text()))
+        if got != want:
+            return [f"EDITED {path}: the document (its numbers, rows or record) hashes to {got[:12]}, its "
+                    f"record holds {want[:12]}: changed after its job wrote it"]
+        return []
+    want = (rec.get("output") or {}).get("sha256")
+    if not want:
+        return [f"NO HASH {path}: its record ({record_path(path)}) holds no sha256 of it: it cannot be checked"]
+    got, damaged = current_sha256(path, deep)
+    if damaged:
+        return [f"DAMAGED {path}: {damaged}"]
+    if got != want:
+        return [f"CHANGED {path} since its job wrote it (recorded {want[:12]}, now {got[:12]})"]
+    return []

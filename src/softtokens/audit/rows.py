@@ -10,7 +10,7 @@ difference beyond rounding is an edit."""
 from __future__ import annotations
 
 import json
-
+from functools import lru_cache
 from pathlib import Path
 
 from softtokens.eval.metrics import mean_pass_at_k
@@ -57,7 +57,8 @@ def loglik_problems(path: Path, doc: dict) -> list[str]:
     out = []
     if doc.get("n_problems") != len(rows):
         out.append(f"EDITED {path}: n_problems says {doc.get('n_problems')}, it holds {len(rows)} questions")
-    correct = [bool(r["correct"] if "correct" in r else r.get("pred") == r.get("label")) for r in rows]
+    out += stored_answer_problems(path, rows)
+    correct = [r.get("pred") == r.get("label") for r in rows]   # from what was answered, not the row's own word
     now = sum(correct) / len(rows)
     if _differs(doc.get("accuracy"), now):
         out.append(f"EDITED {path}: accuracy says {doc.get('accuracy')}, its {len(rows)} questions give {now:.6g}")
@@ -70,9 +71,60 @@ def loglik_problems(path: Path, doc: dict) -> list[str]:
     return out
 
 
-def row_problems(path: Path, doc: dict) -> list[str]:
-    """Every number of an evaluation file that does not follow from its rows (empty: all do)."""
-    return loglik_problems(path, doc) if Path(path).stem == "loglik" else math_problems(path, doc)
+LOGLIK_ROUNDING = 1e-5   # the per-option log-likelihoods are stored to 5 decimals (eval.loglik.score_rows)
+
+
+def stored_answer_problems(path: Path, rows: list[dict]) -> list[str]:
+    """An out-of-domain question's verdicts against what it stores: `correct` is `pred == label`; the cloze
+    prediction the option of highest stored log-likelihood; the NLL of the correct answer its stored log-likelihood
+    over its tokens. A row whose `correct` was flipped (its file rehashed: the hash is unkeyed) fails here."""
+    out = []
+    for r in rows:
+        qid, ll, n = r.get("id"), r.get("loglik"), r.get("n_tokens")
+        if "correct" in r and bool(r["correct"]) != (r.get("pred") == r.get("label")):
+            out.append(f"EDITED {path}: question {qid} says correct={r['correct']}, but it answered {r.get('pred')!r} "
+                       f"to a gold {r.get('label')!r}")
+        if not (isinstance(ll, list) and isinstance(n, list) and len(ll) == len(n) and ll):
+            continue
+        label, cloze = r.get("label"), r.get("pred_cloze", r.get("pred"))
+        if isinstance(cloze, int) and 0 <= cloze < len(ll) and ll[cloze] < max(ll) - 2 * LOGLIK_ROUNDING:
+            out.append(f"EDITED {path}: question {qid}'s cloze prediction {cloze} is not its option of highest "
+                       f"stored log-likelihood ({ll.index(max(ll))})")
+        if isinstance(label, int) and 0 <= label < len(ll) and isinstance(r.get("nll_correct"), (int, float)) \
+                and abs(r["nll_correct"] + ll[label] / n[label]) > 2 * LOGLIK_ROUNDING:
+            out.append(f"EDITED {path}: question {qid}'s nll_correct {r['nll_correct']:.6g} is not its stored "
+                       f"log-likelihood over its tokens ({-ll[label] / n[label]:.6g})")
+    return out
+
+
+@lru_cache(maxsize=64)
+def _test_ids(path: str, signature: tuple) -> tuple[str, ...]:
+    return tuple(r["id"] for r in read_jsonl(Path(path)))
+
+
+def test_set_problems(path: Path, doc: dict, rec: dict) -> list[str]:
+    """An evaluation's rows against its test set (the data file its record names): every question once, none
+    added, none dropped (a file whose wrong answers were cut, its summary recomputed, passed every other check)."""
+    data = Path(((rec.get("inputs") or {}).get("data") or {}).get("path", ""))
+    if not data.is_file():
+        return []   # the chain's MISSING names it
+    st = data.stat()
+    want = _test_ids(data.as_posix(), (st.st_size, st.st_mtime_ns))
+    got = [r.get("id") for r in doc.get("problems") or []]
+    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    twice = sorted({i for i in got if got.count(i) > 1}) if len(set(got)) != len(got) else []
+    if not (missing or extra or twice):
+        return []
+    said = "; ".join(f"{what} {len(ids)} ({', '.join(map(str, ids[:3]))}{', ...' if len(ids) > 3 else ''})"
+                     for what, ids in (("missing", missing), ("not in it", extra), ("twice", twice)) if ids)
+    return [f"EDITED {path}: its rows are not its test set {data} ({len(want)} questions): {said}"]
+
+
+def row_problems(path: Path, doc: dict, rec: dict | None = None) -> list[str]:
+    """Every number of an evaluation file that does not follow from its rows, and its rows against its test set
+    (empty: all hold)."""
+    out = loglik_problems(path, doc) if Path(path).stem == "loglik" else math_problems(path, doc)
+    return out + (test_set_problems(path, doc, rec) if rec else [])
 
 
 def selection_problems(path: Path, doc: dict, rec: dict) -> list[str]:
@@ -111,3 +163,36 @@ def shared_selection_problems(path: Path, doc: dict) -> list[str]:
     theirs = json.loads(other.read_text())
     return [f"EDITED {path}: {key} says {doc.get(key)!r}, the run it shares ({other}) {theirs.get(key)!r}"
             for key in ("step", "val_greedy_accuracy", "checkpoint", "failed_to_learn") if doc.get(key) != theirs.get(key)]
+
+
+def _answers(doc: dict) -> list[tuple]:
+    """What an evaluation file says each question got: (id, correct) for math, (id, pred) out of domain."""
+    return [(r.get("id"), r.get("correct") if "n" in r else r.get("pred")) for r in doc.get("problems") or []]
+
+
+def identical_seed_problems(paths: list[Path]) -> list[str]:
+    """Evaluation files of two seeds of one run (the same model, training, benchmark and setting) whose every
+    question got the same answer: one file copied over the other. Seeds are trained apart: on a test set where some
+    questions are right and some wrong, their rows agree on every one by chance only on a handful of questions, so
+    a file whose answers are all right or all wrong (no information) is not flagged."""
+    from softtokens.run.paths import parse_eval_path
+
+    groups: dict[tuple, list[Path]] = {}
+    for p in map(Path, paths):
+        try:
+            keys = parse_eval_path(p)
+        except (ValueError, IndexError):
+            continue
+        if keys["train_mode"] != "none" and p.suffix == ".json":
+            groups.setdefault(tuple(v for k, v in keys.items() if k != "seed"), []).append(p)
+    out = []
+    for files in groups.values():
+        seen: dict[tuple, Path] = {}
+        for p in sorted(files):
+            answers = tuple(_answers(json.loads(p.read_text())))
+            informative = len({a for _, a in answers}) > 1
+            if informative and answers in seen:
+                out.append(f"IDENTICAL SEEDS {p}: every one of its {len(answers)} questions got the answer it got in "
+                           f"{seen[answers]}, another seed's file (a copy?)")
+            seen.setdefault(answers, p)
+    return out

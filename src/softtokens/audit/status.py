@@ -59,6 +59,7 @@ class RunStatus:
     gpu_hours: float
     attempts: int
     failed_to_learn: str | None = None   # why its selected checkpoint is no trained model (selected.json)
+    problem: str | None = None           # why a run whose files are there is not done (its files not its job's)
 
 
 def _failed_to_learn(run_dir: Path) -> str | None:
@@ -86,8 +87,12 @@ def run_status(run_dir: Path, name: str, steps: int, gpus: int, bench: dict, now
     step_s = [sum(r.get(f"seconds_{k}", 0.0) for k in ("rollout", "reward", "update")) for r in train]
     mean_step = sum(step_s) / len(step_s) if step_s else None
     job = paths.job_id("train", name)
+    problem = None
     if done_metrics.is_file() and not resume.exists():
-        state = "done"
+        # done only if what the audit reads holds: the metrics as the job wrote them (a file cut short is not a
+        # finished run), every step there, the selection true of its file (audit.records)
+        problem = _finished_problem(run_dir, train, steps)
+        state = "failed" if problem else "done"
         wall, gpu_h = bench.get(job, (sum(step_s), sum(step_s) * gpus / 3600))
     else:
         wall, gpu_h = sum(step_s), sum(step_s) * gpus / 3600
@@ -107,12 +112,34 @@ def run_status(run_dir: Path, name: str, steps: int, gpus: int, bench: dict, now
                      reward=train[-1]["reward"] if train else None,
                      val=vals[-1]["val_greedy_accuracy"] if vals else None,
                      best=max(trained_vals) if trained_vals else None, eta_s=eta, hours=wall / 3600, gpu_hours=gpu_h,
-                     attempts=len(attempts), failed_to_learn=_failed_to_learn(run_dir) if state == "done" else None)
+                     attempts=len(attempts), failed_to_learn=_failed_to_learn(run_dir) if state == "done" else None,
+                     problem=problem)
+
+
+def _finished_problem(run_dir: Path, train: list[dict], steps: int) -> str | None:
+    """Why a finished run's files are not what its job wrote (None: they are)."""
+    from softtokens.audit.records import hash_problems
+    from softtokens.run.provenance import read_record
+
+    for f in (run_dir / paths.METRICS, run_dir / paths.SELECTED):
+        rec = read_record(f) if f.is_file() else None
+        if f.is_file() and rec is None:
+            return f"NO PROVENANCE RECORD {f}"
+        said = hash_problems(f, rec, deep=False) if rec is not None else []
+        if said:
+            return said[0]
+    if len(train) != steps:
+        return f"{run_dir / paths.METRICS} holds {len(train)} of its {steps} steps"
+    return None
 
 
 def eval_state(result: Path, log: Path, now: float) -> str:
-    if result.is_file():
-        return "done"
+    if result.is_file():   # done only if it is the document its job wrote (its embedded hash: audit.records)
+        from softtokens.audit.records import hash_problems
+        from softtokens.run.provenance import read_record
+
+        rec = read_record(result)
+        return "done" if rec is not None and not hash_problems(result, rec, deep=False) else "failed"
     if log.is_file():
         return "running" if now - log.stat().st_mtime < STALE_AFTER_S else "failed"
     return "pending"
@@ -129,7 +156,8 @@ def grid_status(config: dict, grid_name: str, now: float | None = None) -> dict:
     runs = []
     for run in jobs.training_runs():
         steps = cell_rl(config, grid_name, run.model, run.dataset, run.variant)["steps"]
-        runs.append(run_status(Path(paths.run_dir(jobs.results, run)), run.wildcards, steps,
+        # a run that is another's name (run.identity) is read from that run's directory
+        runs.append(run_status(Path(jobs.run_file(run, paths.METRICS)).parent, run.wildcards, steps,
                                gpus["train"].get(run.model, 0), bench_gpu, now))
     evals = []
     per_setting = jobs.eval["one_job_per_setting"]
@@ -204,7 +232,7 @@ def status_text(status: dict) -> str:
         lines.append(f"{r.run:<44} {r.state:<8} {f'{r.step}/{r.steps}':>11} {_fmt(r.reward, '.1f'):>8} "
                      f"{_pct(r.val):>6} {_pct(r.best):>6} {_duration(r.eta_s):>7} {r.hours:>6.2f} {r.gpu_hours:>8.2f} "
                      f"{r.attempts:>8}")
-    lines += [f"    failed: {r.run} (log: {paths.log_path(status['results'], 'train', r.run)})"
+    lines += [f"    failed: {r.run} ({r.problem or 'log: ' + paths.log_path(status['results'], 'train', r.run)})"
               for r in runs if r.state == "failed"]
     logs = Path(status["results"]) / "logs"
     if not runs and not evals and logs.is_dir():

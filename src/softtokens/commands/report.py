@@ -71,21 +71,32 @@ def cmd_status(a) -> None:
     print(status_text(grid_status(config, grid)))
 
 
+DEFAULT_CONFIG = "config.yaml"
+
+
 def cmd_audit(a) -> int:
+    from softtokens.audit import drift
     from softtokens.audit.chain import audit
 
     if (a.row is None) != (a.column is None):
         raise SystemExit("--row and --column go together (one table cell)")
+    config = drift.load(a.config)
+    if config is None and a.config != DEFAULT_CONFIG:
+        raise SystemExit(f"--config {a.config}: no such file")
+    if a.rerun or a.rerun_sample:
+        from softtokens.audit.rerun import cmd_rerun
+
+        return cmd_rerun(a)
     if a.row is not None:
         from softtokens.audit.cell import audit_cell
 
         try:
-            lines, problems = audit_cell(a.path, a.row, a.column)
+            lines, problems = audit_cell(a.path, a.row, a.column, config)
         except KeyError as e:
             raise SystemExit(e.args[0]) from None
         print("\n".join(lines))
         return 1 if problems else 0
-    lines, problems = audit(a.path)
+    lines, problems = audit(a.path, config=config)
     print("\n".join(lines))
     print(f"\n{problems} problem(s)" if problems else "\nchain complete: every input present and unchanged")
     return 1 if problems else 0
@@ -184,4 +195,13 @@ def register(sub) -> None:
     c.add_argument("path", help="a result file, or a table (results/<grid>/tables/main.md) with --row/--column")
     c.add_argument("--row", help='table row: model and training as printed, e.g. "toy toyarith hard", "toy no finetune"')
     c.add_argument("--column", help='table column as printed, e.g. "toyarith Greedy pass@1"')
+    c.add_argument("--config", default=DEFAULT_CONFIG,
+                   help="the config each result is held to (a result made under other settings is named); default "
+                        "config.yaml where there is one")
+    c.add_argument("--rerun", action="store_true",
+                   help="re-evaluate the cell's (or the file's) evaluation files from their checkpoints and data in a "
+                        "scratch directory and compare the results with the files (audit.rerun)")
+    c.add_argument("--rerun-sample", type=int, default=0, metavar="N",
+                   help="re-evaluate N of the table's evaluation files, chosen at random (seeded: --seed)")
+    c.add_argument("--seed", type=int, default=0)
     c.set_defaults(func=cmd_audit)

@@ -143,7 +143,10 @@ def cmd_select(a) -> None:
                                                                f"{FLOOR:g}"},
                       inputs={"metrics": a.metrics, "checkpoints": a.checkpoints})
     chosen = select_best(metrics)
-    check_checkpoint(best_ckpt, chosen["step"])
+    try:
+        check_checkpoint(best_ckpt, chosen["step"])
+    except ValueError as err:
+        raise SystemExit(f"error: {err}: the checkpoint is not the step this run's validation selects") from None
     write_json(a.out, prov.embedded({**chosen, "checkpoint": best_ckpt.as_posix()}))
     print(json.dumps(chosen))
     if chosen["failed_to_learn"]:

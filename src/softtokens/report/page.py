@@ -220,6 +220,9 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
         blocks.append(("details", (f"Ours: `{c.key}` — {c.verdict} ({robustness(c)})", rows + c.evidence)))
     blocks.append(("h3", "Every choice a verdict depends on"))
     blocks.append(("table", choices_frame()))
+    reruns = rerun_text(settings)
+    if reruns:
+        blocks.append(("p", reruns))
     blocks.append(("h3", "Readings of the protocol the paper does not state"))
     blocks.append(("table", readings_frame(settings.get("config"), grid)))
     blocks.append(("p", f"Paper numbers: {SOURCE}. Ours: {n_files} evaluation files, {len(ours)} cells, mean ± "
@@ -303,6 +306,23 @@ LEDGER_CAPTIONS = {
             "the GPUs it held and GPU-hours = wall hours x GPUs.",
     "tables": "Cost of each table: the jobs upstream of its cells, each counted once.",
 }
+
+
+def rerun_text(settings: dict) -> str | None:
+    """What `softtokens audit --rerun` found when it made this grid's evaluation files again (the last outcome of
+    each file: audit.rerun), or None where none was re-run."""
+    from softtokens.audit.rerun import RERUNS
+    from softtokens.run.files import read_jsonl
+
+    grid = (settings.get("config") or {}).get("grids", {}).get(settings.get("grid"), {})
+    log = Path(grid.get("results", "")) / RERUNS
+    if not grid or not log.is_file():
+        return None
+    last = {o["file"]: o for o in read_jsonl(log, while_written=True)}
+    differ = [f for f, o in last.items() if not o["equal"]]
+    return (f"Re-execution (`softtokens audit --rerun`): {len(last)} evaluation file(s) made again from their "
+            f"checkpoints and test sets, " + ("all equal to the files, bit for bit." if not differ else
+                                              f"{len(differ)} differ: {', '.join(differ[:5])}."))
 
 
 def write_report(eval_paths: list[Path], bench_dir: Path, out_dir: Path, settings: dict,

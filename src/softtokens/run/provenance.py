@@ -238,15 +238,26 @@ def embed(result: dict, record: dict) -> dict:
 
 def record_path(path: str | os.PathLike) -> Path:
     """Where the provenance record of ``path`` lives: inside a directory (provenance.json), inside a
-    JSON result that embeds one (the file itself), else the sidecar <name>.prov.json. The one rule
-    writers (write_sidecar) and readers (read_record, train.selection) follow."""
+    JSON result that embeds one (the file itself: a sidecar beside it is never read, and is an error,
+    record_conflict), else the sidecar <name>.prov.json. The one rule writers (write_sidecar) and
+    readers (read_record, train.selection) follow."""
     path = Path(path)
     if path.is_dir():
         return path / DIR_RECORD
-    side = path.with_name(path.name + SIDECAR_SUFFIX)
-    if path.suffix == ".json" and not side.exists() and _embeds_record(path):
+    if path.suffix == ".json" and _embeds_record(path):
         return path
-    return side
+    return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
+def record_conflict(path: str | os.PathLike) -> str | None:
+    """Two records for one file: a JSON result that embeds its record with a sidecar beside it. Once, a sidecar
+    copied from the embedded record (its hash filled in for an edited file) switched every check of the file off."""
+    path = Path(path)
+    side = path.with_name(path.name + SIDECAR_SUFFIX)
+    if path.suffix == ".json" and side.exists() and _embeds_record(path):
+        return (f"TWO RECORDS {path}: it embeds its record and {side} beside it is another; one record per file: "
+                "the embedded one is the file's, remove the sidecar")
+    return None
 
 
 def _embeds_record(path: Path) -> bool:
