@@ -98,5 +98,5 @@ def test_cli_evaluate_loglik(tmp_path, tiny_model, toy_tokenizer):
     result = json.loads(out.read_text())
     assert result["n_problems"] == 8 and 0 <= result["accuracy"] <= 1 and result["nll_correct"] > 0
     assert result["protocol"] == "generative" and result["definition"]["accuracy"].startswith("success rate")
-    assert result["provenance"]["inputs"]["data"]["sha256"] and result["provenance"]["config"]["protocol"] == "generative"
+    assert result["provenance"]["external_inputs"]["data"]["sha256"] and result["provenance"]["config"]["protocol"] == "generative"
     assert result["provenance"]["config"]["cot_max_tokens"] == 6

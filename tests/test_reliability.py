@@ -341,8 +341,8 @@ def test_the_audit_flags_a_result_made_from_a_stale_input(tmp_path, monkeypatch)
     for want, flagged in ((config_hash(made), False), (config_hash(now), True)):
         prov = Provenance("evaluate", {}, inputs={"data": data})
         prov.expected = expected_map([f"{data}={want}"])
-        write_json("result.json", {"n_samples": 1, "pass@1": 1.0, "problems": [{"id": "a", "n": 1, "correct": 1}],
-                                   "provenance": prov.record()})
+        write_json("result.json", prov.embedded({"n_samples": 1, "pass@1": 1.0,
+                                                 "problems": [{"id": "a", "n": 1, "correct": 1}]}))
         lines, problems = audit("result.json")
         assert (problems == 1) is flagged and any("STALE data.jsonl" in line for line in lines) is flagged, lines
 

@@ -14,6 +14,7 @@ from softtokens.cells import ours as our_cells
 from softtokens.cells import spread
 from softtokens.cells.paper import CELL_KEYS, TABLES, load_paper_results
 from softtokens.cost import ledger
+from softtokens.model.checkpoint import TrainerState
 from softtokens.report.page import write_report
 from softtokens.run.files import write_json
 from softtokens.run.provenance import Provenance
@@ -247,8 +248,9 @@ def _chain(tmp_path: Path) -> tuple[Path, list[Path]]:
 
     data = tmp_path / "data" / "ds"
     data.mkdir(parents=True)
-    (data / "train.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
-    (data / "test.jsonl").write_text('{"question": "2+2", "answer": "4"}\n')
+    (data / "train.jsonl").write_text('{"id": "t0", "question": "1+1", "answer": "2"}\n')
+    (data / "test.jsonl").write_text("".join(f'{{"id": "{i}", "question": "{i}+2", "answer": "{i + 2}"}}\n'
+                                             for i in range(10)))   # the evaluations' ten questions
     for split in ("train", "test"):
         Provenance("prepare_data", {"split": split}).write_sidecar(data / f"{split}.jsonl")
     evals = []
@@ -257,12 +259,15 @@ def _chain(tmp_path: Path) -> tuple[Path, list[Path]]:
         best = run / "checkpoints" / "best"
         best.mkdir(parents=True)
         (best / "model.safetensors").write_text(f"weights {seed}")
+        TrainerState(step=8, best_val=acc, base_val=None, embedding_scale={}, sigma=0.0, noise={},
+                     config={"mode": "hard", "seed": seed}, base_model="toy", base_revision=None,
+                     processes=1).write(best)   # whose run it is: audit.links checks the checkpoint's identity
         train = Provenance("train", {"seed": seed}, inputs={"train": data / "train.jsonl"})
         train.write_sidecar(best)
         train.write_sidecar(run / "checkpoints")
         selected = run / "selected.json"
-        write_json(selected, {"step": 8, "checkpoint": best.as_posix(), "provenance": Provenance(
-            "select_checkpoint", {}, inputs={"checkpoints": run / "checkpoints"}).record()})
+        write_json(selected, Provenance("select_checkpoint", {}, inputs={"checkpoints": run / "checkpoints"}).embedded(
+            {"step": 8, "checkpoint": best.as_posix()}))
         ev = tmp_path / "eval" / "toy" / f"ds-hard-seed{seed}" / "ds" / "hard_greedy.json"
         ev.parent.mkdir(parents=True)
         prov = Provenance("evaluate", {}, inputs={"selected": selected, "checkpoint": best, "data": data / "test.jsonl"})

@@ -85,7 +85,8 @@ def test_a_tiny_grid_through_slurm_survives_a_cancelled_training_job(slurm, tmp_
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
     cmd = [str(BIN / "snakemake"), "--profile", str(ROOT / "profiles" / "slurm"), "-d", str(tmp_path), "-s",
            str(ROOT / "Snakefile"), "--configfile", str(cfg), "--slurm-status-command", "squeue",
-           "--slurm-init-seconds-before-status-checks", "2", "--latency-wait", "10", "--config", "grid=tiny"]
+           "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2",
+           "--latency-wait", "10", "--config", "grid=tiny"]
     started = time.time()
     log = open(tmp_path / "snakemake.log", "w")
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -177,7 +177,7 @@ def test_cli_prepare_data_records_counts_and_hashes(tmp_path):
     assert "kept 3, dropped 1 (1 answer not an index into choices)" in res.stdout
     assert not (tmp_path / "train.jsonl").exists()
     prov = json.loads((tmp_path / "test.jsonl.prov.json").read_text())
-    assert prov["inputs"]["source_test"]["sha256"] and prov["rows"] == 3
+    assert prov["external_inputs"]["source_test"]["sha256"] and prov["rows"] == 3
     assert prov["source_reports"]["test"]["dropped"] == {"answer not an index into choices": 1}
 
     s = json.dumps(settings("olympiadbench"))

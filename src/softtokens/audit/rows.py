@@ -99,7 +99,11 @@ def stored_answer_problems(path: Path, rows: list[dict]) -> list[str]:
 
 @lru_cache(maxsize=64)
 def _test_ids(path: str, signature: tuple) -> tuple[str, ...]:
-    return tuple(r["id"] for r in read_jsonl(Path(path)))
+    rows = read_jsonl(Path(path))
+    unnamed = next((i for i, r in enumerate(rows, 1) if not isinstance(r, dict) or "id" not in r), None)
+    if unnamed is not None:
+        raise ValueError(f"{path}:{unnamed}: a row without an id")
+    return tuple(r["id"] for r in rows)
 
 
 def test_set_problems(path: Path, doc: dict, rec: dict) -> list[str]:
@@ -109,7 +113,10 @@ def test_set_problems(path: Path, doc: dict, rec: dict) -> list[str]:
     if not data.is_file():
         return []   # the chain's MISSING names it
     st = data.stat()
-    want = _test_ids(data.as_posix(), (st.st_size, st.st_mtime_ns))
+    try:
+        want = _test_ids(data.as_posix(), (st.st_size, st.st_mtime_ns))
+    except ValueError as err:   # not a question set: the rows cannot be held against it, which is a problem too
+        return [f"EDITED {path}: its test set {data} cannot be read as questions ({err})"]
     got = [r.get("id") for r in doc.get("problems") or []]
     missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
     twice = sorted({i for i in got if got.count(i) > 1}) if len(set(got)) != len(got) else []

@@ -187,6 +187,27 @@ def demo_time_block(root: Path) -> str:
 
 
 DEMO_TIME = "benchmarks/results/demo_time.json"
+TEST_TIME = "benchmarks/results/test_time.json"
+
+
+def test_time_block(root: Path) -> str:
+    """The suite's time as last measured, and its split by kind of test (benchmarks/results/test_time.json, written
+    by benchmarks/fresh_clone_time.py: a fresh clone, set-up included)."""
+    import json
+
+    m = json.loads((root / TEST_TIME).read_text())
+    kinds = m["kinds"]
+    split = ", ".join(f"{kind} {seconds / 60:.1f}" for kind, seconds in kinds.items())
+    return (f"- `make test` runs the suite ({m['passed']} tests, {m['skipped']} skipped) on three pytest-xdist workers:\n"
+            f"  {m['seconds'] / 60:.1f} minutes on {m['machine']}, set-up included, when last measured ({m['date']}, "
+            f"{m['commit']}). By kind, in worker-minutes\n"
+            f"  (workers run side by side, so these add up to more): {split}. Unit: the package's\n"
+            f"  functions, the paper's precision and FSDP on CPU (torchrun, two and four processes); DAG: a real\n"
+            f"  `snakemake` on the tiny grid (end to end once, read by many tests), faults around its jobs, dry runs\n"
+            f"  of every paper grid; SLURM: the tiny grid through a real one-node SLURM with a training job cancelled\n"
+            f"  and resumed (skipped, with the reason printed, where SLURM cannot start); real model: SmolLM2-135M\n"
+            f"  from the shipped package through hard, soft and fuzzy training, the six settings, tables and the\n"
+            f"  audit. `make test TEST_WORKERS=0` runs it in one process; `pytest tests/test_x.py` runs one file.")
 
 
 def datasets_block(root: Path) -> str:
@@ -241,6 +262,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "degrees-of-freedom": degrees_of_freedom_block,
     "mini-forecast": mini_forecast_block,
     "demo-time": demo_time_block,
+    "test-time": test_time_block,
     "specifications": specifications_block,
 }
 
@@ -248,7 +270,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
 FILES: dict[str, tuple[str, ...]] = {
     "docs/protocol.md": ("paper-claims", "judging-choices", "claims-budget", "degrees-of-freedom", "specifications"),
     "docs/cluster.md": ("paper-plan", "mini-forecast"),
-    "README.md": ("demo-time",),
+    "README.md": ("demo-time", "test-time"),
     "docs/memory-plan.md": ("paper-memory-plan",),
     "docs/data-and-reward.md": ("datasets",),
 }

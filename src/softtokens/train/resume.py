@@ -209,8 +209,8 @@ class ResumeStore:
     def finish(self, checkpoints_dir: Path, metrics_path: Path, metrics: list[dict],
                tensorboard_dir: Path | None = None) -> None:
         """Move the final checkpoints (and the event files) into the declared outputs and drop the
-        resume state (the previous save with it)."""
-        self.wait()
+        resume state. Main process only, after every process's collective ``wait`` (train.loop.Trainer.finish)."""
+        self.writer.wait()
         if tensorboard_dir is not None:
             with atomic_dir(tensorboard_dir) as tmp:
                 if self.tensorboard.is_dir():

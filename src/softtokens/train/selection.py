@@ -84,7 +84,7 @@ def identity_problem(checkpoint: str | Path, run_dir: str | Path, step: int | No
     was written, its settings' hash, when it started). Two runs' `best` folders swapped, or one copied from
     another run or grid, are whole checkpoints with valid manifests: only their identity tells them apart. ``step``:
     the step the run's selection chose. Returns the problem, naming the run the checkpoint is really from."""
-    from softtokens.model.checkpoint import TrainerState
+    from softtokens.model.checkpoint import STATE_FILE, TrainerState
     from softtokens.run.paths import METRICS, SELECTED, parse_run_path
     from softtokens.run.provenance import read_record
 
@@ -95,11 +95,19 @@ def identity_problem(checkpoint: str | Path, run_dir: str | Path, step: int | No
         if problem:
             return problem
         run_dir = shared
-    keys = parse_run_path(run_dir / METRICS)
+    if not TrainerState.exists(checkpoint):
+        return (f"checkpoint {checkpoint} has no {STATE_FILE}: not a checkpoint the trainer wrote, so whose run it "
+                f"is cannot be told. Nothing was computed from it: retrain the run "
+                f"(snakemake --forcerun train {run_dir / METRICS})")
     state = TrainerState.read(checkpoint)
     held = {"mode": state.config.get("mode"), "seed": state.config.get("seed"), "variant": state.config.get("variant", "")}
-    want = {"mode": keys["train_mode"], "seed": keys["seed"], "variant": keys["variant"]}
     ckpt_rec, run_rec = read_record(checkpoint) or {}, read_record(run_dir / METRICS) or {}
+    try:
+        keys = parse_run_path(run_dir / METRICS)
+        want = {"mode": keys["train_mode"], "seed": keys["seed"], "variant": keys["variant"]}
+    except ValueError:   # a run outside the layout (softtokens select by hand): its training record says what it is
+        cfg = run_rec.get("config") or {}
+        want = {"mode": cfg.get("mode"), "seed": cfg.get("seed"), "variant": cfg.get("variant", "")} if cfg else held
     origin = (ckpt_rec.get("output") or {}).get("path")
     why = []
     if held != want:

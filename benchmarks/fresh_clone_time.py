@@ -1,0 +1,96 @@
+"""The two README commands timed as a new user meets them: each in a fresh clone of the repository's HEAD (set-up
+included: the .venv, CPU torch, the project), on this machine, one after the other so that neither slows the other.
+
+    python benchmarks/fresh_clone_time.py            # both: writes benchmarks/results/{demo,test}_time.json
+    python benchmarks/fresh_clone_time.py --only test
+
+`make test` runs with pytest's --durations=0 (PYTEST_ADDOPTS), so its time splits by kind of test, each module
+counted whole under one kind (KINDS; a module that starts `snakemake` is a DAG test): the README's statement of the
+split is generated from test_time.json (softtokens docs --write). The seconds of a kind are pytest's own per-test
+times summed over the workers, so they add up to more than the wall time when workers run side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+# module -> kind, before the rule that a module starting `snakemake` is a DAG test; every other module is a unit test
+KINDS = {"test_slurm.py": "SLURM", "test_real_model.py": "real model"}
+ORDER = ("unit", "DAG", "SLURM", "real model")
+DURATION = re.compile(r"^\s*([\d.]+)s (setup|call|teardown)\s+(tests/[^:]+)::")
+
+
+def kind_of(module: str) -> str:
+    if module in KINDS:
+        return KINDS[module]
+    text = (ROOT / "tests" / module).read_text()
+    return "DAG" if "snakemake(" in text else "unit"
+
+
+def split_by_kind(log: str) -> dict[str, float]:
+    """pytest --durations=0 lines -> seconds per kind."""
+    out = defaultdict(float)
+    for line in log.splitlines():
+        m = DURATION.match(line)
+        if m:
+            out[kind_of(Path(m.group(3)).name)] += float(m.group(1))
+    return {k: round(out[k], 1) for k in ORDER if k in out}
+
+
+def timed_make(target: str, env: dict | None = None) -> tuple[float, str]:
+    with tempfile.TemporaryDirectory(prefix=f"fresh-{target}-") as tmp:
+        clone = Path(tmp) / "softtokens"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        start = time.monotonic()
+        proc = subprocess.run(["make", target], cwd=clone, capture_output=True, text=True,
+                              env={**os.environ, **(env or {})})
+        seconds = time.monotonic() - start
+        if proc.returncode != 0:
+            sys.exit(f"make {target} failed in a fresh clone ({seconds:.0f} s):\n{(proc.stdout + proc.stderr)[-4000:]}")
+        return seconds, proc.stdout + proc.stderr
+
+
+def head() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
+def record(name: str, doc: dict) -> None:
+    path = RESULTS / name
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{path.relative_to(ROOT)}: {json.dumps(doc)}")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", choices=("demo", "test"))
+    a = p.parse_args(argv)
+    stamp = {"date": dt.date.today().isoformat(), "commit": head(), "machine": f"{os.cpu_count()} cores"}
+    if a.only in (None, "demo"):
+        seconds, _ = timed_make("demo")
+        record("demo_time.json", {"seconds": round(seconds), **stamp,
+                                  "how": "make demo in a fresh clone, set-up included (benchmarks/fresh_clone_time.py)"})
+    if a.only in (None, "test"):
+        seconds, log = timed_make("test", {"PYTEST_ADDOPTS": "--durations=0"})
+        counts = {what: int(m.group(1)) if (m := re.search(rf"(\d+) {what}", log)) else 0
+                  for what in ("passed", "skipped")}
+        record("test_time.json", {"seconds": round(seconds), **stamp, **counts,
+                                  "kinds": split_by_kind(log),
+                                  "how": "make test in a fresh clone, set-up included; kinds: pytest's per-test "
+                                         "seconds summed over the workers (benchmarks/fresh_clone_time.py)"})
+
+
+if __name__ == "__main__":
+    main()
