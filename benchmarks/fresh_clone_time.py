@@ -50,6 +50,16 @@ def split_by_kind(log: str) -> dict[str, float]:
     return {k: round(out[k], 1) for k in ORDER if k in out}
 
 
+def slowest_modules(log: str, n: int = 8) -> dict[str, float]:
+    """pytest --durations=0 lines -> the ``n`` modules with the most seconds (setup, call and teardown summed)."""
+    out = defaultdict(float)
+    for line in log.splitlines():
+        m = DURATION.match(line)
+        if m:
+            out[Path(m.group(3)).name] += float(m.group(1))
+    return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])[:n]}
+
+
 def timed_make(target: str, env: dict | None = None) -> tuple[float, str]:
     with tempfile.TemporaryDirectory(prefix=f"fresh-{target}-") as tmp:
         clone = Path(tmp) / "softtokens"
@@ -58,6 +68,9 @@ def timed_make(target: str, env: dict | None = None) -> tuple[float, str]:
         proc = subprocess.run(["make", target], cwd=clone, capture_output=True, text=True,
                               env={**os.environ, **(env or {})})
         seconds = time.monotonic() - start
+        log = Path(tempfile.gettempdir()) / f"fresh-make-{target}.log"
+        log.write_text(proc.stdout + proc.stderr)
+        print(f"make {target}: {seconds:.0f} s, exit {proc.returncode}; its output: {log}")
         if proc.returncode != 0:
             sys.exit(f"make {target} failed in a fresh clone ({seconds:.0f} s):\n{(proc.stdout + proc.stderr)[-4000:]}")
         return seconds, proc.stdout + proc.stderr
@@ -87,7 +100,7 @@ def main(argv=None) -> None:
         counts = {what: int(m.group(1)) if (m := re.search(rf"(\d+) {what}", log)) else 0
                   for what in ("passed", "skipped")}
         record("test_time.json", {"seconds": round(seconds), **stamp, **counts,
-                                  "kinds": split_by_kind(log),
+                                  "kinds": split_by_kind(log), "slowest_modules": slowest_modules(log),
                                   "how": "make test in a fresh clone, set-up included; kinds: pytest's per-test "
                                          "seconds summed over the workers (benchmarks/fresh_clone_time.py)"})
 

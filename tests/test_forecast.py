@@ -57,17 +57,18 @@ def test_the_forecast_of_a_tiny_grid_is_the_hand_computed_one(tiny):
     #         update 8 x (20 prompt + 30) = 400 tokens / (200 x 2 GPUs) = 1.0 s
     # 10 steps: 14.2 s; validations at 0, 5, 10: 3 x 30 x (0.01 + 4 rows x 0.001) = 1.26 s
     # saves (train.config.save_schedule): the resume state at each validation of a trained step (5, 10; every 25
-    # steps besides: none in 10) staged in 1 s each, a best checkpoint at most at each (weights only: 0.5 s): 3 s
+    # steps besides: none in 10), staged in 1 s at 5 and 0.5 s at 10 (the last step's: its weights only, no step
+    # follows it), a best checkpoint at most at each (weights only: 0.5 s): 2.5 s
     # grading: each process's 4 answers a step and 4 validation answers, by one worker (the grid's one CPU a GPU
     # leaves it one: reward.pool.pool_size) at GRADING_ANSWERS_PER_S: (10 x 4 + 3 x 4) / 1000 = 0.052 s
     assert forecast.GRADING_ANSWERS_PER_S == 1000
     train = jobs.loc["train/toy/toyarith/hard/seed0"]
-    assert train.wall_s == pytest.approx(14.2 + 1.26 + 0.052 + 3) and train.gpus == 2
-    assert train.step_s == pytest.approx(1.42) and train.gpu_hours == pytest.approx(2 * 18.512 / 3600)
+    assert train.wall_s == pytest.approx(14.2 + 1.26 + 0.052 + 2.5) and train.gpus == 2
+    assert train.step_s == pytest.approx(1.42) and train.gpu_hours == pytest.approx(2 * 18.012 / 3600)
     assert (train.saves_latest, train.saves_best) == (2, 2)
-    # where they go: 10 x 0.42 s of rollout, 10 x 1.0 s of update, 1.26 s of validation, 3 s of saves, on 2 GPUs
+    # where they go: 10 x 0.42 s of rollout, 10 x 1.0 s of update, 1.26 s of validation, 2.5 s of saves, on 2 GPUs
     for phase, seconds in (("rollout", 4.2), ("update", 10.0), ("validation", 1.26), ("grading", 0.052),
-                           ("saves", 3.0)):
+                           ("saves", 2.5)):
         assert train[f"{phase}_gpu_h"] == pytest.approx(2 * seconds / 3600), phase
     for trained in ("base", "toyarith-hard-seed0"):
         # 10 questions: one batch of 10 rows (greedy) or 40 (4 samples each): 30 steps at 10 + rows ms
@@ -284,8 +285,14 @@ def test_the_forecast_counts_the_saves_the_toy_loop_makes(tiny, base, toy_rows, 
 
     made = []
     real = ResumeStore.save
-    monkeypatch.setattr(ResumeStore, "save", lambda self, name, state, *a: (made.append((name, state.step)),
-                                                                          real(self, name, state, *a))[1])
+    opt_saved = []
+
+    def save(self, name, state, policy, tokenizer, opt=None, sched=None):
+        made.append((name, state.step))
+        if opt is not None:
+            opt_saved.append((name, state.step))
+        return real(self, name, state, policy, tokenizer, opt, sched)
+    monkeypatch.setattr(ResumeStore, "save", save)
     settings = dict(PAPER_RL, **rl, mode="hard", seed=0, lr=1e-3, warmup_steps=1, micro_batch_size=4,
                     compute_dtype="float32")
     trainer = Trainer(TrainConfig.from_settings(settings), str(base / "model"), toy_rows["train"],
@@ -297,7 +304,9 @@ def test_the_forecast_counts_the_saves_the_toy_loop_makes(tiny, base, toy_rows, 
     assert latest == [2, 3, 4, 6] and row.saves_latest == len(latest)
     assert set(best) <= {3, 6} and len(best) <= row.saves_best == 2
     assert save_schedule(6, 3, 2, improvements=len(best)) == {"latest": row.saves_latest, "best": len(best),
-                                                              "validations": 3}
+                                                              "validations": 3, "final": 1}
+    # the last step's save holds the weights alone (no step follows it: finish drops the resume state)
+    assert [name for name, _ in opt_saved] == ["latest"] * 3 and [s for _, s in opt_saved] == [2, 3, 4]
 
 
 def test_plan_json_bills_the_paper_grid_under_750_gpu_hours_on_committed_rates(capsys):

@@ -153,6 +153,20 @@ def test_a_kill_during_a_background_save_resumes_bit_identically_from_the_last_c
     assert_same(outcome(tmp_path), straight, f"killed in the step-4 save at {phase}")
 
 
+def test_a_kill_after_the_last_steps_save_finishes_from_it_training_no_step(base, tmp_path, straight, capsys):
+    """The last step's save holds its weights alone (no step follows it; finish drops the resume state): a run
+    killed between that save and finish trains no step again, and ends as an uninterrupted run, bit for bit."""
+    r = run(base, tmp_path, fault="sigkill_in_finish")
+    assert r.returncode == -signal.SIGKILL and "injected SIGKILL before finish" in r.stderr, r.stderr[-3000:]
+    latest = tmp_path / "_resume" / "latest"
+    assert json.loads((latest / "trainer_state.json").read_text())["step"] == SETTINGS["steps"]
+    assert not (latest / "optimizer").exists() and not (latest / "scheduler.pt").exists()
+    assert (tmp_path / "_resume" / "previous" / "optimizer").is_dir()   # the step before it: a full resume state
+    printed = run_here(base, tmp_path, capsys)
+    assert f"resumed from step {SETTINGS['steps']}" in printed, printed[-2000:]
+    assert_same(outcome(tmp_path), straight)
+
+
 @pytest.fixture(scope="module")
 def crashed(base, tmp_path_factory):
     """A run crashed before step 5, its resume state saved at step 4 (each damage below on a copy)."""

@@ -214,3 +214,33 @@ def test_the_first_screen_says_what_each_design_could_decide(tmp_path):
     # the review's count: 16 of 30 estimates outside ±2.5, 8 with hard ahead; 2 of 5 units contradicted
     assert "leans against the claim: 14 of 30 point estimates inside ±2.5 (8 with hard training ahead" in parity, parity
     assert "2 of 5 model-dataset combinations contradicted" in parity
+
+
+@pytest.mark.parametrize("rule", [SAME, judging.NOT_WORSE, judging.MORE, judging.LESS])
+def test_the_seeds_that_would_decide_a_comparison_are_found_as_one_count_at_a_time_finds_them(rule):
+    """claims.judge.seeds_to_decide tries every count at once (the report's job was mostly that loop): the count it
+    names is the first at which the count-at-a-time test decides, for estimates decided early, late and never."""
+    from types import SimpleNamespace
+
+    from softtokens.verdict.claims.judge import MAX_SEEDS, seeds_to_decide
+    from softtokens.verdict.uncertainty import Estimate, satterthwaite
+
+    def one_at_a_time(est, margin):
+        for n in range(est.seeds + 1, MAX_SEEDS + 1):
+            p_sup, p_con = judging.test(est.rescaled(n), rule, margin)
+            if p_sup <= DEFAULT.alpha or p_con <= DEFAULT.alpha:
+                return n
+        return None
+
+    found = set()
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        seeds = int(rng.integers(2, 6))
+        seeds_var, test_var = rng.uniform(0, 4e-3), rng.choice([0.0, rng.uniform(0, 1e-3)])
+        seed_df = float(seeds - 1)
+        est = Estimate(float(rng.normal(0, 0.04)), math.sqrt(seeds_var + test_var),
+                       satterthwaite(seeds_var, seed_df, test_var), "paired", seeds_var, test_var, seed_df, seeds)
+        want = one_at_a_time(est, 0.02)
+        assert seeds_to_decide(SimpleNamespace(est=est, comparison=SimpleNamespace(rule=rule)), 0.02, DEFAULT) == want
+        found.add("never" if want is None else "next" if want == seeds + 1 else "later")
+    assert found == {"never", "next", "later"}, found

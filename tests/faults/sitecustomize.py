@@ -15,6 +15,8 @@ then patches the training loop when the loop is first imported:
   processes' saves succeed;
 - ``sigkill_at_step=N``: the training process is SIGKILLed before step N + 1, as the kernel's OOM killer
   ends a process (exit status 137, nothing flushed);
+- ``sigkill_in_finish``: the training process is SIGKILLed once every step is done and saved, before its outputs
+  are moved into place (Trainer.finish);
 - ``machine_memory=TOTAL_MB:AVAILABLE_MB``: this machine reports that much memory (sizing.host.machine_memory),
   so a test can run a workflow on a machine smaller than its jobs."""
 
@@ -66,12 +68,22 @@ def _inject(loop) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
             return real_step(self, step)
         loop.Trainer.train_step = train_step
+    elif kind == "sigkill_in_finish":
+        real_finish = loop.Trainer.finish
+
+        def finish(self, *args, **kwargs):
+            self.store.wait()   # the last step's save complete and in place
+            sys.stderr.write("injected SIGKILL before finish\n")
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+            return real_finish(self, *args, **kwargs)
+        loop.Trainer.finish = finish
     elif kind == "kill_in_save":
         step, _, phase = value.partition(":")
         _kill_in_save(sys.modules["softtokens.train.saving"].SaveWriter, int(step), phase)
     else:
         raise ValueError(f"SOFTTOKENS_TEST_FAULT={FAULT!r}: crash_at_step=N, crash_in_save=N, kill_in_save=N:PHASE, "
-                         "fail_save_on_rank=R, sigkill_at_step=N or machine_memory=TOTAL_MB:AVAILABLE_MB")
+                         "fail_save_on_rank=R, sigkill_at_step=N, sigkill_in_finish or machine_memory=TOTAL_MB:AVAILABLE_MB")
 
 
 def _machine(host) -> None:

@@ -197,7 +197,8 @@ def train_seconds(jobs: GridJobs, config: dict, grid_name: str, run, rates: Thro
     # the saves the loop makes (train.config.save_schedule), each blocking the run only while it is staged to
     # host memory (train.resume writes it in the background): a best checkpoint at most once per validation
     counts = save_schedule(rl["steps"], rl["val_every"], rl["resume_save_steps"])
-    saves = counts["latest"] * rates.stage_s(P, optimizer=True) + counts["best"] * rates.stage_s(P, optimizer=False)
+    saves = ((counts["latest"] - counts["final"]) * rates.stage_s(P, optimizer=True)
+             + (counts["final"] + counts["best"]) * rates.stage_s(P, optimizer=False))
     return {"rollout_step": rollout, "update_step": update, "rollout": rl["steps"] * rollout,
             "update": rl["steps"] * update, "validation": validation, "grading": grading, "saves": saves,
             "saves_latest": counts["latest"], "saves_best": counts["best"], "total": compute + saves}

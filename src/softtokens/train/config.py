@@ -32,13 +32,14 @@ def resume_save_due(done: int, steps: int, val_every: int, resume_save_steps: in
 
 
 def save_schedule(steps: int, val_every: int, resume_save_steps: int, improvements: int | None = None) -> dict:
-    """How many saves of each kind a run of ``steps`` makes (resume_save_due): ``latest`` (the resume state),
-    ``best`` (at most one per validation of a trained step: written only when it improves; ``improvements``,
-    where known, says how often it did), ``validations`` (the base's at step 0 included)."""
+    """How many saves of each kind a run of ``steps`` makes (resume_save_due): ``latest`` (the resume state; the
+    last step's, ``final``, is its weights alone: no step follows it), ``best`` (at most one per validation of a
+    trained step: written only when it improves; ``improvements``, where known, says how often it did),
+    ``validations`` (the base's at step 0 included)."""
     latest = sum(resume_save_due(d, steps, val_every, resume_save_steps)[1] for d in range(1, steps + 1))
     validations = 1 + sum(resume_save_due(d, steps, val_every, resume_save_steps)[0] for d in range(1, steps + 1))
-    return {"latest": latest, "best": validations - 1 if improvements is None else improvements,
-            "validations": validations}
+    return {"latest": latest, "final": int(steps > 0), "validations": validations,
+            "best": validations - 1 if improvements is None else improvements}
 
 
 # vocabulary rows per weight-gradient GEMM of the fused head (train.head_loss): the (V x d) float32 product of

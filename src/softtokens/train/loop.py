@@ -102,7 +102,7 @@ class Trainer:
         self.base_val = vals.get(0)  # greedy validation of the base model (step 0)
         self.best_val = max((v for s, v in vals.items() if s >= 1), default=-1.0)  # among trained steps
         self.best_step = saved.best_step if saved else None  # the step the best checkpoint holds
-        if saved:
+        if saved and saved.step < cfg.steps:   # a save of the last step has no optimizer: nothing is left to do
             self.store.load_optimizer(self.policy, self.opt, self.sched)
         self.telemetry = Telemetry(self.store.tensorboard, run_name, logging or {}, dataclasses.asdict(cfg),
                                    self.start_step, enabled=logging is not None and self.dp.is_main)
@@ -233,8 +233,8 @@ class Trainer:
         agree_on_failure(self.dp, failure, failed)
         if validate:
             self.validate_and_keep_best(done)
-        if due or stop:
-            self.save("latest", done, with_optimizer=True)
+        if due or stop:   # the last step's: its weights only (finish drops a resume state no step follows)
+            self.save("latest", done, with_optimizer=done < self.cfg.steps)
         if stop:
             self.store.wait()   # the save in flight complete before the process exits
         if stop and done < self.cfg.steps:

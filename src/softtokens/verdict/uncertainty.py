@@ -70,9 +70,10 @@ class Estimate:
     seed_df: object        # the seed part's own Welch-Satterthwaite df (inf when it is 0)
     seeds: int             # seeds per run behind the seed part (for "how many would decide it")
 
-    def rescaled(self, seeds: int) -> "Estimate":
-        """The same contrast with ``seeds`` seeds per run (its seed part scaled by n / seeds)."""
-        if self.seeds < 2 or seeds == self.seeds:
+    def rescaled(self, seeds) -> "Estimate":
+        """The same contrast with ``seeds`` seeds per run (its seed part scaled by n / seeds); ``seeds`` an array
+        of counts gives the contrast at each (elementwise: the same numbers as one count at a time)."""
+        if self.seeds < 2 or (np.ndim(seeds) == 0 and seeds == self.seeds):
             return self
         sv = self.seeds_var * self.seeds / seeds
         sdf = self.seed_df * (seeds - 1) / (self.seeds - 1)

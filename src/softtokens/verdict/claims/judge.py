@@ -15,6 +15,7 @@ import pkgutil
 from collections.abc import Callable
 from functools import lru_cache
 
+import numpy as np
 import pandas as pd
 
 from softtokens.cells.lookup import entropy_cells
@@ -176,11 +177,12 @@ def seeds_to_decide(e, margin: float, spec: Spec) -> int | None:
     est = e.est
     if est is None or est.seeds < 2:
         return None
-    for n in range(est.seeds + 1, MAX_SEEDS + 1):
-        p_sup, p_con = test(est.rescaled(n), e.comparison.rule, margin)
-        if p_sup <= spec.alpha or p_con <= spec.alpha:
-            return n
-    return None
+    counts = np.arange(est.seeds + 1, MAX_SEEDS + 1)   # every count at once: the report's job is mostly this
+    if not len(counts):
+        return None
+    p_sup, p_con = test(est.rescaled(counts), e.comparison.rule, margin)
+    decided = np.flatnonzero((np.asarray(p_sup) <= spec.alpha) | (np.asarray(p_con) <= spec.alpha))
+    return int(counts[decided[0]]) if len(decided) else None
 
 
 def what_decides(parts: list[dict], margin: float, spec: Spec) -> str:
