@@ -18,11 +18,10 @@ runs as long as its longest row: an upper bound where CoTs stop early, close whe
 - an out-of-domain evaluation: the log-likelihood pass every protocol runs (the NLL column) and, under
   the generative protocol, one greedy hard CoT per question.
 
-Prompt tokens come from the prepared data under the model's tokenizer where both are on disk (the
-memory plan keeps its worst case); otherwise from the grid's memory plan, and the forecast says so.
-Rates come from a gpu-check report (``--throughput``), or ``throughput.DEFAULT`` (the committed H100
-one), scaled by parameters to each model; the ledger checks the forecast against the jobs' benchmark
-files (``vs_actual``).
+Prompt tokens come from the prepared data under the model's tokenizer where both are on disk (the memory plan
+keeps its worst case); otherwise from the grid's memory plan, and the forecast says so. Rates come from a gpu-check
+report (``--throughput``), or ``throughput.DEFAULT`` (the committed H100 one), scaled by parameters to each
+model; the ledger checks the forecast against the jobs' benchmark files (``vs_actual``).
 """
 
 from __future__ import annotations
@@ -194,8 +193,8 @@ def train_seconds(jobs: GridJobs, config: dict, grid_name: str, run, rates: Thro
     per_answer = math.ceil(n / P / workers) / GRADING_ANSWERS_PER_S
     grading = rl["steps"] * per_answer + validations * math.ceil(val_rows / P / workers) / GRADING_ANSWERS_PER_S
     compute = rl["steps"] * (rollout + update) + validation + grading
-    # the saves the loop makes (train.config.save_schedule), each blocking the run only while it is staged to
-    # host memory (train.resume writes it in the background): a best checkpoint at most once per validation
+    # the saves the loop makes (train.config.save_schedule: the last one its weights alone), each blocking the run
+    # only while staged to host memory (train.resume writes it in the background); a best at most per validation
     counts = save_schedule(rl["steps"], rl["val_every"], rl["resume_save_steps"])
     saves = ((counts["latest"] - counts["final"]) * rates.stage_s(P, optimizer=True)
              + (counts["final"] + counts["best"]) * rates.stage_s(P, optimizer=False))
