@@ -178,10 +178,13 @@ def train_args(base: Path, out: Path, settings: dict) -> list[str]:
 
 
 def cli_train(base: Path, out: Path, settings: dict, processes: int, fault: str | None = None):
-    """The training command on ``processes`` FSDP processes (torchrun, gloo), meeting ``fault``."""
+    """The training command on ``processes`` FSDP processes (torchrun, gloo), meeting ``fault``; its rendezvous on
+    a port free now, as the job's own launch picks it (a port made of the pid once met another's, EADDRINUSE)."""
+    from softtokens.commands.train import free_port
+
     # on a GPU node the rule runs `accelerate launch --multi_gpu`; on CPU, torchrun (gloo)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-           "--master_port", str(29500 + (os.getpid() + len(str(out))) % 1000), "-m", "softtokens",
+           "--master_port", str(free_port()), "-m", "softtokens",
            *train_args(base, out, settings)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=fault_env(fault, env) if fault else env)

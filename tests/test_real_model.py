@@ -84,7 +84,8 @@ def real_dag(tmp_path_factory):
     env = {**fault_env(f"machine_memory={4 * train_mb}:{available}"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     proc = snakemake(*args, "--cores", "2", env=env, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
-    return {"dir": d, "args": args, "train_mb": train_mb, "eval_mb": eval_mb, "available": available, "log": proc.stdout + proc.stderr}
+    return {"dir": d, "args": args, "train_mb": train_mb, "eval_mb": eval_mb, "available": available,
+            "log": proc.stdout + proc.stderr}
 
 
 def _record(path: Path) -> dict:

@@ -162,6 +162,11 @@ def test_a_kill_after_the_last_steps_save_finishes_from_it_training_no_step(base
     assert json.loads((latest / "trainer_state.json").read_text())["step"] == SETTINGS["steps"]
     assert not (latest / "optimizer").exists() and not (latest / "scheduler.pt").exists()
     assert (tmp_path / "_resume" / "previous" / "optimizer").is_dir()   # the step before it: a full resume state
+    rows = {s: [json.loads(x) for x in (base / f"{s}.jsonl").read_text().splitlines()] for s in ("train", "validation")}
+    longer = TrainConfig.from_settings(dict(SETTINGS, steps=SETTINGS["steps"] + 2))   # a run that cannot go on from it
+    said = r"latest/optimizer: no optimizer state to resume from: .* \(remove .*_resume to train from step 0"
+    with pytest.raises(FileNotFoundError, match=said):
+        Trainer(longer, str(base / "model"), rows["train"], rows["validation"], tmp_path / "_resume")
     printed = run_here(base, tmp_path, capsys)
     assert f"resumed from step {SETTINGS['steps']}" in printed, printed[-2000:]
     assert_same(outcome(tmp_path), straight)

@@ -241,6 +241,7 @@ def test_the_seeds_that_would_decide_a_comparison_are_found_as_one_count_at_a_ti
         est = Estimate(float(rng.normal(0, 0.04)), math.sqrt(seeds_var + test_var),
                        satterthwaite(seeds_var, seed_df, test_var), "paired", seeds_var, test_var, seed_df, seeds)
         want = one_at_a_time(est, 0.02)
-        assert seeds_to_decide(SimpleNamespace(est=est, comparison=SimpleNamespace(rule=rule)), 0.02, DEFAULT) == want
+        comparison = SimpleNamespace(est=est, comparison=SimpleNamespace(rule=rule))
+        assert seeds_to_decide(comparison, 0.02, DEFAULT) == want
         found.add("never" if want is None else "next" if want == seeds + 1 else "later")
     assert found == {"never", "next", "later"}, found

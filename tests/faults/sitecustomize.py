@@ -25,6 +25,7 @@ import importlib.util
 import os
 import signal
 import sys
+import threading
 
 FAULT = os.environ.get("SOFTTOKENS_TEST_FAULT", "")
 
@@ -92,9 +93,21 @@ def _machine(host) -> None:
 
 
 def _kill_in_save(writer, n: int, phase: str) -> None:
+    # the step of the save this writer thread is writing (the writer's own ``step`` is the latest one submitted:
+    # by the time step N's write reaches a phase, the next step may have been submitted, or a wait begun)
+    writing = threading.local()
+    real_submit = writer._submit
+
+    def _submit(self, step, write):
+        def tagged():
+            writing.step = step
+            return write()
+        return real_submit(self, step, tagged)
+    writer._submit = _submit
+
     def kill(self, where, args):
         tmp = next((a for a in args if isinstance(a, os.PathLike)), self.store.dir / ".latest.tmp")
-        if self.step == n and os.path.basename(tmp) == ".latest.tmp" and os.path.exists(tmp):
+        if getattr(writing, "step", None) == n and os.path.basename(tmp) == ".latest.tmp" and os.path.exists(tmp):
             sys.stderr.write(f"injected SIGKILL in the latest save of step {n}: {where}\n")
             sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)

@@ -163,6 +163,10 @@ def save_optimizer_async(policy: ReplayPolicy, opt, out: Path, group):
 
 
 def load_optimizer(policy: ReplayPolicy, opt, path: Path) -> None:
+    if not Path(path).is_dir():   # train.loop: the last step's save holds the weights alone
+        raise FileNotFoundError(f"{path}: no optimizer state to resume from: {Path(path).parent} is the last step's "
+                                f"save of a run that ended there; a run of more steps cannot go on from it (remove "
+                                f"{Path(path).parent.parent} to train from step 0, or run the steps it was made with)")
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         get_optimizer_state_dict,
