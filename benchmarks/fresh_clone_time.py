@@ -40,24 +40,27 @@ def kind_of(module: str) -> str:
     return "DAG" if "snakemake(" in text else "unit"
 
 
-def split_by_kind(log: str) -> dict[str, float]:
-    """pytest --durations=0 lines -> seconds per kind."""
-    out = defaultdict(float)
-    for line in log.splitlines():
-        m = DURATION.match(line)
-        if m:
-            out[kind_of(Path(m.group(3)).name)] += float(m.group(1))
-    return {k: round(out[k], 1) for k in ORDER if k in out}
-
-
-def slowest_modules(log: str, n: int = 8) -> dict[str, float]:
-    """pytest --durations=0 lines -> the ``n`` modules with the most seconds (setup, call and teardown summed)."""
+def module_seconds(log: str) -> dict[str, float]:
+    """pytest --durations=0 lines -> seconds per test module (setup, call and teardown summed)."""
     out = defaultdict(float)
     for line in log.splitlines():
         m = DURATION.match(line)
         if m:
             out[Path(m.group(3)).name] += float(m.group(1))
-    return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])[:n]}
+    return out
+
+
+def split_by_kind(log: str) -> dict[str, float]:
+    """Seconds per kind of test (kind_of each module)."""
+    out = defaultdict(float)
+    for module, seconds in module_seconds(log).items():
+        out[kind_of(module)] += seconds
+    return {k: round(out[k], 1) for k in ORDER if k in out}
+
+
+def slowest_modules(log: str, n: int = 8) -> dict[str, float]:
+    """The ``n`` modules with the most seconds."""
+    return {k: round(v, 1) for k, v in sorted(module_seconds(log).items(), key=lambda kv: -kv[1])[:n]}
 
 
 def timed_make(target: str, env: dict | None = None) -> tuple[float, str]:

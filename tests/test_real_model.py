@@ -45,17 +45,10 @@ def real_tiny_config(data_dir: Path) -> dict:
 
 def planned_mb(config: dict, kind: str) -> int:
     """The most mem_mb a job of ``kind`` declares, computed as the workflow computes it when Snakemake parses it
-    (commands.workflow.startup: run.jobs with sizing.host's plan; the run's log is then held to it)."""
-    from types import SimpleNamespace
+    (commands.workflow: workflow_jobs, job_memory; the run's log is then held to it)."""
+    from softtokens.commands.workflow import job_memory, workflow_jobs
 
-    from softtokens.run.jobs import GridJobs
-    from softtokens.sizing.host import HostPlan
-    from softtokens.sizing.plan import resolve_memory
-
-    jobs = GridJobs(config, resolve_rl=resolve_memory, host_mb=HostPlan(config, config["grid"]).mb)
-    mem_mb = jobs.resources(kind)["mem_mb"]
-    return max(mem_mb(SimpleNamespace(model="smollm2", dataset="gsm8k", arm=mode, trained=f"gsm8k-{mode}-seed0",
-                                      benchmark="gsm8k")) for mode in MODES)
+    return max(mb for job, mb in job_memory(workflow_jobs(config)) if job.split()[0] == kind)
 
 
 def declared(log: str, rule: str) -> list[int]:

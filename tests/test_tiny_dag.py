@@ -675,3 +675,17 @@ def test_audit_rerun_makes_a_cell_again_and_finds_an_edit_every_hash_agrees_with
     assert bad.returncode == 1 and "DIFFERS" in bad.stdout and "pass@1" in bad.stdout
     reruns = [json.loads(x) for x in (d / "results/toy/audit/reruns.jsonl").read_text().splitlines()]
     assert [r["equal"] for r in reruns] == [True, False]
+
+
+def test_a_test_set_row_without_its_id_is_named_by_the_audit_not_a_crash(tiny_dag, tmp_path):
+    """A question of the prepared test set stripped of its id: the audit cannot hold the evaluation rows against
+    that set, and says so, naming the file and line (it once raised KeyError and printed a traceback)."""
+    d = _copy(tiny_dag, tmp_path)
+    data = d / "results/toy/data/toyarith/test.jsonl"
+    rows = [json.loads(x) for x in data.read_text().splitlines()]
+    del rows[2]["id"]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    audit = _audit(d, "results/toy/tables/main.md")
+    assert audit.returncode == 1 and "Traceback" not in audit.stdout + audit.stderr, audit.stderr[-3000:]
+    assert f"{data.relative_to(d)}:3: a row without an id" in audit.stdout, audit.stdout[-3000:]
+    assert "cannot be read as questions" in audit.stdout

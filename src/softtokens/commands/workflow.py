@@ -236,23 +236,30 @@ def bound_local_memory(workflow, jobs, dryrun: bool) -> None:
 
 
 # ---------------------------------------------------------------- the workflow's entry points
+def workflow_jobs(config: dict):
+    """The grid's jobs as the workflow plans them (run.jobs.GridJobs): `auto` micro-batch / checkpointing the memory
+    plan's, each job's host memory sizing.host's (the mem_mb it declares)."""
+    from softtokens.run.jobs import GridJobs
+    from softtokens.sizing.host import HostPlan
+    from softtokens.sizing.plan import resolve_memory
+
+    return GridJobs(config, resolve_rl=resolve_memory, host_mb=HostPlan(config, config["grid"]).mb)
+
+
 def startup(config: dict, workflow) -> object:
     """Run when the workflow is parsed: every check above; returns the grid's jobs (run.jobs.GridJobs).
     A problem stops Snakemake before it plans a job (WorkflowError)."""
     from snakemake.exceptions import WorkflowError
 
     from softtokens.run.interrupted import interrupted_note
-    from softtokens.run.jobs import GridJobs
     from softtokens.run.targets import outside_grid
-    from softtokens.sizing.host import HostPlan
-    from softtokens.sizing.plan import check_plan, resolve_memory
+    from softtokens.sizing.plan import check_plan
 
     config_files = [f for f in workflow.configfiles if f not in workflow.overwrite_configfiles]
     config_files += list(workflow.overwrite_configfiles)
     check_grid(config, config["grid"], config_files)
     check_plan(config, config["grid"])   # every job's per-GPU memory against the grid's GPUs (`softtokens plan`)
-    # `auto` micro-batch / checkpointing: the memory plan's; each job's host memory: sizing.host
-    jobs = GridJobs(config, resolve_rl=resolve_memory, host_mb=HostPlan(config, config["grid"]).mb)
+    jobs = workflow_jobs(config)
     args = cli_args()
     if args is not None:
         trap = forcerun_trap(args.forcerun, RULES, args.targets)

@@ -134,9 +134,9 @@ def bill_text(config: dict, grid_name: str, rates: Throughput) -> str:
                  f"a run, {budget['where']}; {budget['counts']}); this forecast {data['gpu_hours']:,.0f} in all")
     lines.append("GPUs a run: " + "; ".join(f"{m} {v['gpus']} ({v['why']})" for m, v in data["gpus_per_run"].items()
                                            if m != "setting"))
-    lines.append(f"saves a run makes: {', '.join(map(str, data['saves_per_run']['latest']))} of the resume state (the last: its weights "
-                 f"alone), at "
-                 f"most {', '.join(map(str, data['saves_per_run']['best_at_most']))} best checkpoints (written in the "
+    lines.append(f"saves a run makes: {', '.join(map(str, data['saves_per_run']['latest']))} of the resume state (the "
+                 f"last: its weights alone), at most {', '.join(map(str, data['saves_per_run']['best_at_most']))} "
+                 f"best checkpoints (written in the "
                  f"background; each blocks its run while staged to host memory at {rates.staging_GBps:g} GB/s)")
     top = data["levers"][0]
     for lever in data["levers"]:

@@ -105,8 +105,8 @@ def identity_problem(checkpoint: str | Path, run_dir: str | Path, step: int | No
     try:
         keys = parse_run_path(run_dir / METRICS)
         want = {"mode": keys["train_mode"], "seed": keys["seed"], "variant": keys["variant"]}
-    except ValueError:   # a run outside the layout (softtokens select by hand): its training record says what it is
-        cfg = run_rec.get("config") or {}
+    except ValueError:   # a run outside the layout (softtokens select by hand): its training record says what it is;
+        cfg = run_rec.get("config") or {}   # with neither, nothing to hold it to (a workflow run always has both)
         want = {"mode": cfg.get("mode"), "seed": cfg.get("seed"), "variant": cfg.get("variant", "")} if cfg else held
     origin = (ckpt_rec.get("output") or {}).get("path")
     why = []
