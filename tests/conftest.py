@@ -146,3 +146,24 @@ def stepwise(model, rollout, i):
             inputs.append(rollout.noisy_inputs[i, s].unsqueeze(0).to(emb.weight.dtype))
         else:
             inputs.append(emb(tok.view(1)))
+
+
+def identified(prov, path, doc: dict) -> dict:
+    """An evaluation document as its job writes it (commands.evaluate): ``doc`` with the identity of the file at
+    ``path`` (run.eval_identity; outside the results layout, a base model's on a benchmark of the file's directory)
+    and its record embedded, written as ``path``."""
+    from softtokens.run.eval_identity import LOGLIK, eval_identity, expected_identity
+
+    path = Path(path)
+    try:
+        want = expected_identity(path)
+    except (ValueError, IndexError):
+        want = {"model": "m", "trained": "base", "benchmark": path.parent.name or "b",
+                "setting": doc.get("setting", LOGLIK if path.stem == LOGLIK else "hard_greedy")}
+    setting = want["setting"]
+    params = {"protocol": doc.get("protocol", "cloze")} if setting == LOGLIK else {"temperature": 0.0}
+    data = (prov.inputs.get("data") or {}).get("sha256", "-")
+    ids = [r.get("id") for r in doc.get("problems") or []]
+    extra = {"protocol": params["protocol"]} if setting == LOGLIK else {"setting": setting}
+    ident = eval_identity(want["model"], want["trained"], want["benchmark"], setting, params, data, ids)
+    return prov.embedded({**extra, **doc, "identity": ident}, path)

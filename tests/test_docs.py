@@ -38,3 +38,27 @@ def test_the_plan_table_is_the_dry_runs():
     assert (counts["train"], counts["evaluate"], counts["evaluate_loglik"]) == (45, 48 * 3 * len(SETTINGS), 48 * 3)
     block = doc_blocks.paper_plan_block(ROOT)
     assert re.search(rf"\|\s*total\s*\|\s*{counts['total']}\s*\|", block)
+
+
+def test_every_refusal_in_the_reliability_doc_names_an_attack_and_an_honest_twin_that_exist():
+    """docs/reliability.md's "Every refusal beside its honest twin": each row names at least one test of the attack
+    and one of the legitimate case, and each named test exists (a bare name: tests/test_tiny_dag.py)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs/reliability.md").read_text()
+    section = doc.split("## Every refusal beside its honest twin")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| refusal")
+            and not line.startswith("|---")]
+    assert len(rows) >= 20
+    defined = {}
+    for f in (root / "tests").glob("test_*.py"):
+        defined[f.name] = set(re.findall(r"^def (test_\w+)", f.read_text(), re.M))
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 3, row
+        for cell in cells[1:]:
+            named = re.findall(r"`(?:tests/(test_\w+\.py)::)?(test_\w+)`", cell)
+            assert named, (row, cell)
+            for module, test in named:
+                assert test in defined[module or "test_tiny_dag.py"], (module or "test_tiny_dag.py", test)

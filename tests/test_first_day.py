@@ -109,8 +109,24 @@ def test_a_cluster_line_with_no_hub_and_no_cached_data_stops_before_any_job(tmp_
     fetch = [line for line in out.splitlines() if "is not in the Hugging Face cache" in line]
     assert any(line.strip().startswith("datasets.gsm8k: dataset openai/gsm8k") for line in fetch), out[-3000:]
     assert all("hf download" in line for line in fetch)   # each with its fix, in one line
+    # only what this cell needs (llama-3b trained on gsm8k, tested on math500): not the grid's every model and set
+    named = sorted(line.strip().split(":")[0] for line in fetch)
+    assert named == ["datasets.gsm8k", "datasets.math500", "models.llama-3b"], named
     assert "SLURM is not here" not in out
+    assert 'File "' not in out and "Traceback" not in out, out[-2000:]   # the message alone, no traceback lines
     assert not (tmp_path / "work" / "results" / "paper").exists()
+
+
+def test_a_dry_run_writes_no_report(tmp_path):
+    """`snakemake --report FILE --report-after-run -n` plans, and leaves the HTML report as it was: bytes and
+    modification time (Snakemake's CLI writes it after a dry run otherwise)."""
+    report = tmp_path / "report.html"
+    report.write_text("the report of an earlier run\n")
+    os.utime(report, (1_000_000_000, 1_000_000_000))
+    proc = snakemake(*tiny_args(_tiny(tmp_path)), "--cores", "2", "--report", str(report), "--report-after-run", "-n")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+    assert report.read_text() == "the report of an earlier run\n" and report.stat().st_mtime == 1_000_000_000
+    assert "a dry run writes nothing" in proc.stdout + proc.stderr
 
 
 def test_a_dry_run_says_what_a_real_run_would_refuse(tmp_path):
@@ -236,8 +252,11 @@ def test_a_name_mistake_in_a_target_is_named_before_any_job(tmp_path, target, sa
 def test_the_startup_check_knows_every_rule_of_the_workflow():
     from softtokens.commands.workflow import RULES
 
-    proc = snakemake("--list-rules")
-    listed = {line.split()[0] for line in proc.stdout.splitlines() if line.strip() and not line.startswith(" ")}
+    listed = set()
+    # the toy grid's rules, and the paper grid's (evaluate_loglik is a rule where each job evaluates one setting)
+    for extra in ((), ("--config", "grid=paper")):
+        proc = snakemake("--list-rules", *extra, env={"HF_HUB_OFFLINE": "1"})
+        listed |= {line.split()[0] for line in proc.stdout.splitlines() if line.strip() and not line.startswith(" ")}
     assert listed == RULES, listed ^ RULES
 
 

@@ -31,7 +31,7 @@ def tiny(tmp_path) -> dict:
     g["datasets"]["toyarith"].update(test_size=10, validation_size=8)
     g["datasets"]["toychoice"]["test_size"] = 5
     g["training"] = [{"model": "toy", "dataset": "toyarith", "modes": ["hard"], "seeds": [0]}]
-    g.pop("sweep")   # the one run above (the toy's learning-rate sweep would add two)
+    g.pop("sweep", None)   # the one run above (the toy's learning-rate sweep would add two)
     g["rl"] = {"prompts_per_step": 2, "samples_per_prompt": 4, "steps": 10, "val_every": 5, "val_size": 64,
                "cot_max_tokens": 10, "answer_max_tokens": 4}
     g["evaluation"].update(settings=["hard_greedy", "hard_sample"], n_samples=4, cot_max_tokens=10,

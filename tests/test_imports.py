@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "softtokens"
 # (run is lowest: config, names and paths are read by every layer; data reads reward's answer
 # normaliser to check golds when it prepares a dataset)
 LAYERS = ("run", "reward", "data", "model", "engine", "rates", "train", "sizing", "eval", "cells", "cost", "audit", "verdict",
-          "search", "report", "gpucheck", "commands", "cli")
+          "search", "report", "gpucheck", "commands", "cli", "bytecode")
 MAX_MODULE_LINES, MAX_CLASS_LINES = 400, 200
 MAX_ROOM_LINES = 2500   # a sub-package past this holds more than one thing users come for: split it
 

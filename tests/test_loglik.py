@@ -70,17 +70,23 @@ def test_summary_definitions():
 
 
 def test_toy_choice_rows_are_well_formed_and_seeded():
-    """A toy word problem with four candidate totals; the cloze context is the reference CoT up to
-    'Sum:', where the toy model writes the total."""
+    """A toy word problem and four worked solutions after "a + b:": the right one (its column sums with their carries
+    and the true total) and wrong ones (the carries dropped, or the total 10 or 1 off), each ending in its total."""
+    from softtokens.data.toy import toy_sum, worked_solution
+
     rows = toy_choice_rows(50, seed=1)
     assert rows == toy_choice_rows(50, seed=1)
+    slips = 0
     for r in rows:
         assert len(r["choices"]) == 4 and len(set(r["choices"])) == 4
-        a, b = (int(x) for x in r["context"].rsplit("Assistant: ", 1)[1].split(":")[0].split(" + "))
-        assert r["choices"][r["label"]] == str(a + b)
-        assert r["context"].startswith(PROMPT_PREAMBLE) and r["context"].endswith("Sum:")
-        assert r["question"] in r["context"]
+        a, b = (int(x) for x in r["context"].rsplit("Assistant: ", 1)[1].rstrip(":").split(" + "))
+        assert r["context"].startswith(PROMPT_PREAMBLE) and r["context"].endswith(f"{a} + {b}:")
+        assert r["choices"][r["label"]] == worked_solution(a, b) and r["choices"][r["label"]].endswith(f"Sum: {a + b}.")
+        totals = [int(c.rsplit("Sum: ", 1)[1].rstrip(".")) for c in r["choices"]]
+        assert totals.count(a + b) == 1 and r["question"] in r["context"]
+        slips += worked_solution(a, b, forget_carry=True) in r["choices"] and toy_sum(a, b, True) != a + b
     assert len({r["label"] for r in rows}) == 4  # the gold position is shuffled
+    assert 10 <= slips < 50   # the carry slip is a distractor wherever a carry happens
 
 
 def test_cli_evaluate_loglik(tmp_path, tiny_model, toy_tokenizer):

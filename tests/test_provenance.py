@@ -12,6 +12,7 @@ from softtokens.run.files import (
     sha256_path,
     write_json,
 )
+from softtokens.run.eval_identity import eval_identity
 from softtokens.run.provenance import Provenance, read_record
 from softtokens.train.selection import check_checkpoint, select_best
 
@@ -61,8 +62,10 @@ def test_audit_follows_the_chain_and_flags_changes(tmp_path, monkeypatch):
     Provenance("prepare_data", {"seed": 1}).write_sidecar(data)
     result = tmp_path / "eval.json"
     prov = Provenance("evaluate", {"setting": "hard_greedy"}, inputs={"data": data})
-    write_json(result, prov.embedded({"n_samples": 1, "pass@1": 0.5, "pass@k": {"1": 0.5},
-                                      "problems": [{"id": "a", "n": 1, "correct": 1}, {"id": "b", "n": 1, "correct": 0}]}))
+    identity = eval_identity("m", "base", "bench", "hard_greedy", {"temperature": 0.0}, sha256_path(data), ["a", "b"])
+    write_json(result, prov.embedded({"setting": "hard_greedy", "n_samples": 1, "pass@1": 0.5, "pass@k": {"1": 0.5},
+                                      "problems": [{"id": "a", "n": 1, "correct": 1}, {"id": "b", "n": 1, "correct": 0}],
+                                      "identity": identity}, result))
     assert read_record(result)["stage"] == "evaluate"
     table = tmp_path / "main.md"
     table.write_text("| x |\n")
@@ -154,24 +157,63 @@ def test_a_deferred_check_refuses_flipped_bytes_before_anything_is_kept(tmp_path
         evaluate(str(ckpt), toy_rows["test"][:2], "hard_greedy", 1, 4, 2, 4, seed=0)
 
 
-def test_two_seeds_with_identical_answers_are_flagged(tmp_path, monkeypatch):
-    """One seed's evaluation file copied over another's (its record edited to match): every question got the same
-    answer in both, which two seeds trained apart do not do on a set with right and wrong answers. Files whose
-    answers are all the same carry no information and are not flagged."""
+def _seed_file(tmp_path, seed: int, doc: dict, setting: str = "hard_greedy"):
+    p = tmp_path / f"results/eval/m/ds-hard-seed{seed}/bench/{setting}.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_a_copied_seed_file_is_flagged_by_its_continuous_values_and_agreeing_honest_seeds_are_not(tmp_path,
+                                                                                                monkeypatch):
+    """A copy shares what an honestly made file of another seed cannot: its stored log-likelihoods and entropies to
+    the last bit. Two honest seeds that answer every question alike (at ceiling, or agreeing everywhere) differ in
+    those, so they pass; the answers alone are never evidence."""
     from softtokens.audit.rows import identical_seed_problems
 
     monkeypatch.chdir(tmp_path)
-    files = []
-    for seed, rows in ((0, [1, 0, 1, 1]), (1, [1, 0, 1, 1]), (2, [0, 0, 1, 1])):
-        p = tmp_path / f"results/eval/m/ds-hard-seed{seed}/bench/hard_greedy.json"
-        p.parent.mkdir(parents=True)
-        p.write_text(json.dumps({"problems": [{"id": f"q{i}", "n": 1, "correct": c} for i, c in enumerate(rows)]}))
-        files.append(p)
-    said = identical_seed_problems(files)
-    assert len(said) == 1 and "IDENTICAL SEEDS" in said[0] and "seed1" in said[0] and "seed0" in said[0]
-    for p in files:
-        doc = json.loads(p.read_text())
-        for r in doc["problems"]:
-            r["correct"] = 0
-        p.write_text(json.dumps(doc))
-    assert identical_seed_problems(files) == []
+    rows = [{"id": f"q{i}", "n": 1, "correct": c, "mean_cot_length": 20.0 + i} for i, c in enumerate([1, 0, 1, 1])]
+    seed0 = _seed_file(tmp_path, 0, {"problems": rows, "entropy_profile": [0.51, 0.42, 0.3]})
+    # the honest twin: every answer the same as seed 0's, its entropies its own
+    seed1 = _seed_file(tmp_path, 1, {"problems": rows, "entropy_profile": [0.52, 0.41, 0.3]})
+    assert identical_seed_problems([seed0, seed1]) == []
+    # a copy: every stored value the same
+    seed2 = _seed_file(tmp_path, 2, {"problems": rows, "entropy_profile": [0.51, 0.42, 0.3]})
+    said = identical_seed_problems([seed0, seed1, seed2])
+    assert len(said) == 1 and "IDENTICAL SEEDS" in said[0] and "seed2" in said[0] and "seed0" in said[0]
+    # out of domain, every model at ceiling: identical answers, log-likelihoods of their own: no alarm
+    ll = [{"id": f"q{i}", "label": 0, "pred": 0, "loglik": [-0.03 - i / 100, -5.0], "n_tokens": [1, 1],
+           "nll_correct": 0.03 + i / 100} for i in range(4)]
+    ll_other = [{**r, "loglik": [r["loglik"][0] - 0.001, -4.8], "nll_correct": r["nll_correct"] + 0.001} for r in ll]
+    a = _seed_file(tmp_path, 0, {"problems": ll}, "loglik")
+    b = _seed_file(tmp_path, 1, {"problems": ll_other}, "loglik")
+    assert identical_seed_problems([a, b]) == []
+    c = _seed_file(tmp_path, 2, {"problems": ll}, "loglik")
+    assert len(identical_seed_problems([a, b, c])) == 1
+    # a file that stores no continuous value (answers only) is evidence of nothing
+    bare = [{"id": f"q{i}", "n": 1, "correct": 1} for i in range(4)]
+    assert identical_seed_problems([_seed_file(tmp_path, 0, {"problems": bare}, "x"),
+                                    _seed_file(tmp_path, 1, {"problems": bare}, "x")]) == []
+
+
+def test_two_seeds_whose_checkpoints_hold_the_same_weights_may_give_the_same_file(tmp_path, monkeypatch):
+    """A run that never updated (every reward of every step equal) holds its base's weights under every seed: the
+    same evaluation file twice is then honest, and told from a copy by the checkpoints' manifests."""
+    from softtokens.audit.rows import identical_seed_problems
+
+    monkeypatch.chdir(tmp_path)
+    docs = []
+    for seed, weights in ((0, "aa"), (1, "aa"), (2, "bb")):
+        ckpt = tmp_path / f"ckpt{seed}"
+        ckpt.mkdir()
+        (ckpt / "trainer_state.json").write_text(json.dumps({
+            "step": 1, "best_val": 0.5, "base_val": 0.5, "embedding_scale": {}, "sigma": 0.0, "noise": {}, "config": {},
+            "base_model": "b", "base_revision": None, "processes": 1,
+            "files": {"model.safetensors": {"bytes": 1, "sha256": weights}}}))
+        docs.append({"problems": [{"id": "q", "n": 1, "correct": 1, "mean_cot_length": 3.0}],
+                     "entropy_profile": [0.5],
+                     "provenance": {"inputs": {"checkpoint": {"path": str(ckpt), "sha256": "x"}}}})
+    files = [_seed_file(tmp_path, s, d) for s, d in enumerate(docs)]
+    assert identical_seed_problems(files[:2]) == []          # the same weights: the same numbers, honestly
+    said = identical_seed_problems([files[0], files[2]])      # other weights, the same numbers: a copy
+    assert len(said) == 1 and "seed2" in said[0]

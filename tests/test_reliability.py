@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import fault_env
+from conftest import fault_env, identified
 
 from softtokens.run.config import PAPER_RL
 from softtokens.train.config import TrainConfig
@@ -160,7 +160,7 @@ def test_a_kill_after_the_last_steps_save_finishes_from_it_training_no_step(base
     assert r.returncode == -signal.SIGKILL and "injected SIGKILL before finish" in r.stderr, r.stderr[-3000:]
     latest = tmp_path / "_resume" / "latest"
     assert json.loads((latest / "trainer_state.json").read_text())["step"] == SETTINGS["steps"]
-    assert not (latest / "optimizer").exists() and not (latest / "scheduler.pt").exists()
+    assert not (latest / "optimizer").exists() and not (latest / "scheduler.json").exists()
     assert (tmp_path / "_resume" / "previous" / "optimizer").is_dir()   # the step before it: a full resume state
     rows = {s: [json.loads(x) for x in (base / f"{s}.jsonl").read_text().splitlines()] for s in ("train", "validation")}
     longer = TrainConfig.from_settings(dict(SETTINGS, steps=SETTINGS["steps"] + 2))   # a run that cannot go on from it
@@ -360,8 +360,8 @@ def test_the_audit_flags_a_result_made_from_a_stale_input(tmp_path, monkeypatch)
     for want, flagged in ((config_hash(made), False), (config_hash(now), True)):
         prov = Provenance("evaluate", {}, inputs={"data": data})
         prov.expected = expected_map([f"{data}={want}"])
-        write_json("result.json", prov.embedded({"n_samples": 1, "pass@1": 1.0,
-                                                 "problems": [{"id": "a", "n": 1, "correct": 1}]}))
+        write_json("result.json", identified(prov, "result.json", {"n_samples": 1, "pass@1": 1.0,
+                                                                   "problems": [{"id": "a", "n": 1, "correct": 1}]}))
         lines, problems = audit("result.json")
         assert (problems == 1) is flagged and any("STALE data.jsonl" in line for line in lines) is flagged, lines
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import identified
 
 from softtokens.cells import ours as our_cells
 from softtokens.cells import spread
@@ -267,13 +268,13 @@ def _chain(tmp_path: Path) -> tuple[Path, list[Path]]:
         train.write_sidecar(run / "checkpoints")
         selected = run / "selected.json"
         write_json(selected, Provenance("select_checkpoint", {}, inputs={"checkpoints": run / "checkpoints"}).embedded(
-            {"step": 8, "checkpoint": best.as_posix()}))
+            {"step": 8, "checkpoint": best.as_posix()}, selected))
         ev = tmp_path / "eval" / "toy" / f"ds-hard-seed{seed}" / "ds" / "hard_greedy.json"
         ev.parent.mkdir(parents=True)
         prov = Provenance("evaluate", {}, inputs={"selected": selected, "checkpoint": best, "data": data / "test.jsonl"})
         problems = [{"id": str(i), "n": 1, "correct": int(i < 10 * acc)} for i in range(10)]
-        write_json(ev, prov.embedded({"n_samples": 1, "pass@1": acc, "pass@k": {"1": acc}, "mean_cot_length": 3.0,
-                                      "problems": problems}))
+        write_json(ev, identified(prov, ev, {"n_samples": 1, "pass@1": acc, "pass@k": {"1": acc},
+                                             "mean_cot_length": 3.0, "problems": problems}))
         evals.append(ev)
     out = tmp_path / "tables"
     out.mkdir()
@@ -385,7 +386,8 @@ def test_audit_says_when_a_remade_file_gives_the_same_value(tmp_path, monkeypatc
     record = res.pop("provenance")
     res["seconds"] = 12.5  # remade by its job: same numbers, other bytes, a record of its own
     write_json(evals[0], Provenance("evaluate", record["config"], inputs={k: v["path"] for k, v in
-                                                                          record["inputs"].items()}).embedded(res))
+                                                                          record["inputs"].items()}).embedded(
+        res, evals[0]))
     lines, problems = audit_cell(table, "toy ds hard", "ds Greedy pass@1")
     assert problems == 1 and any("CHANGED" in line and "since the table was made" in line for line in lines)
     assert any("VALUE UNCHANGED: the changed file(s) still give 60.0±14.1" in line for line in lines)

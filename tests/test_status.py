@@ -25,6 +25,16 @@ def write_rows(path: Path, rows: list[dict], age_s: float = 0.0) -> None:
     os.utime(path, (t, t))
 
 
+def eval_doc(path: Path, **numbers) -> dict:
+    """An evaluation document of a base model as its job writes it: its identity the file its path names."""
+    from softtokens.run.eval_identity import eval_identity, expected_identity
+
+    want = expected_identity(path)
+    ident = eval_identity(want["model"], "base", want["benchmark"], want["setting"], {"temperature": 0.0}, "-", [])
+    return Provenance("evaluate", {}).embedded({"setting": want["setting"], "n_samples": 1, **numbers,
+                                                "identity": ident}, path)
+
+
 def steps(n: int, seconds: float = 10.0) -> list[dict]:
     rows = [{"kind": "validation", "step": 0, "val_greedy_accuracy": 0.25}]
     for s in range(1, n + 1):
@@ -40,7 +50,7 @@ def test_status_of_a_grid_with_a_run_in_every_state(tmp_path, capsys):
     grid = config["grids"]["toy"]
     grid["results"] = str(tmp_path / "results")
     grid["training"] = [{"model": "toy", "dataset": "toyarith", "modes": ["hard"], "seeds": [0, 1, 2, 3]}]
-    grid.pop("sweep")   # the runs above only (the toy's learning-rate sweep would add two)
+    grid.pop("sweep", None)   # the runs above only (the toy's learning-rate sweep would add two)
     grid["evaluation"]["one_job_per_setting"] = True
     grid["resources"] = {"train": {"gpu": 2}, "evaluate": {"gpu": 1}}
     results, total = grid["results"], grid["rl"]["steps"]
@@ -57,7 +67,7 @@ def test_status_of_a_grid_with_a_run_in_every_state(tmp_path, capsys):
     write_rows(run[2] / paths.ATTEMPTS, [{"attempt": 1, "host": "node7"}], age_s=2 * STALE_AFTER_S)
     base = Path(results) / "eval/toy/base/toyarith"
     base.mkdir(parents=True)
-    write_json(base / "hard_greedy.json", Provenance("evaluate", {}).embedded({}))
+    write_json(base / "hard_greedy.json", eval_doc(base / "hard_greedy.json"))
     logs = Path(results) / "logs/evaluate/toy/base/toyarith"
     write_rows(logs / "hard_sample.log", [{}], age_s=10)                     # running
     write_rows(logs / "soft_greedy.log", [{}], age_s=2 * STALE_AFTER_S)      # failed
@@ -111,7 +121,7 @@ def test_a_run_or_evaluation_whose_files_are_not_its_jobs_is_not_done(tmp_path):
     grid = config["grids"]["toy"]
     grid["results"] = str(tmp_path / "results")
     grid["training"] = [{"model": "toy", "dataset": "toyarith", "modes": ["hard"], "seeds": [0, 1]}]
-    grid.pop("sweep")
+    grid.pop("sweep", None)
     results, total = grid["results"], grid["rl"]["steps"]
     for seed in (0, 1):
         metrics = Path(results) / f"runs/toy/toyarith/hard/seed{seed}" / paths.METRICS
@@ -121,7 +131,7 @@ def test_a_run_or_evaluation_whose_files_are_not_its_jobs_is_not_done(tmp_path):
     cut.write_text("".join(cut.read_text().splitlines(keepends=True)[:8]))   # cut short after its job wrote it
     base = Path(results) / "eval/toy/base/toyarith"
     base.mkdir(parents=True)
-    doc = Provenance("evaluate", {}).embedded({"pass@1": 0.25})
+    doc = eval_doc(base / "hard_greedy.json", **{"pass@1": 0.25})
     write_json(base / "hard_greedy.json", {**doc, "pass@1": 0.5})             # a number edited
     status = grid_status(config, "toy")
     by_seed = {r.run: r for r in status["runs"]}

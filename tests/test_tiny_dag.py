@@ -18,6 +18,8 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import fault_env
+
+from softtokens.run.files import sha256_file
 from test_workflow import BIN, ROOT, TINY, job_counts, snakemake, tiny_args
 
 RUN = "results/toy/runs/toy/toyarith/hard/seed0"
@@ -689,3 +691,181 @@ def test_a_test_set_row_without_its_id_is_named_by_the_audit_not_a_crash(tiny_da
     assert audit.returncode == 1 and "Traceback" not in audit.stdout + audit.stderr, audit.stderr[-3000:]
     assert f"{data.relative_to(d)}:3: a row without an id" in audit.stdout, audit.stdout[-3000:]
     assert "cannot be read as questions" in audit.stdout
+
+
+# ---------------------------------------------------------------- issue 66: keyed on what a result is; honest twins
+SAMPLE = "results/toy/eval/toy/toyarith-hard-seed0/toyarith/fuzzy_sample.json"
+
+
+def test_another_settings_result_copied_over_a_cell_is_refused_and_rerun_makes_what_the_path_asks(tiny_dag, tmp_path):
+    """`cp fuzzy_sample.json hard_greedy.json`, nothing rehashed: the table job, the audit and status name the file
+    (it is not where its job wrote it; its content is another setting's). A forger who also rewrites its identity and
+    its record's path, and rehashes, is held to its own content (a greedy setting draws one sample); the re-run makes
+    what the path asks for, whatever the file says, and differs."""
+    from softtokens.run.eval_identity import IDENTITY
+    from softtokens.run.provenance import OWN_PATH
+
+    d = _copy(tiny_dag, tmp_path)
+    before = _bytes(d, *SUMMARIES)
+    shutil.copy(d / SAMPLE, d / EVAL)
+    out = _refused_rebuild(d, before, f"NOT WHERE IT WAS WRITTEN {EVAL}", f"NOT THIS FILE {EVAL}")
+    assert "setting 'fuzzy_sample', its path names 'hard_greedy'" in out
+    audit = _audit(d, "results/toy/tables/main.md")
+    assert audit.returncode == 1 and f"NOT THIS FILE {EVAL}" in audit.stdout, audit.stdout[-3000:]
+    status = subprocess.run([str(BIN / "softtokens"), "status", "--config", "tiny.yaml"], cwd=d, capture_output=True,
+                            text=True)
+    assert status.returncode == 0 and f"failed: {EVAL} (NOT THIS FILE" in status.stdout, status.stdout[-2000:]
+
+    def disguised(doc):
+        doc[IDENTITY]["setting"] = doc["setting"] = doc["provenance"]["config"]["setting"] = "hard_greedy"
+        doc["provenance"][OWN_PATH] = EVAL
+    _rehash(d / EVAL, disguised)
+    audit = _audit(d, EVAL)
+    assert audit.returncode == 1 and "a greedy setting (hard_greedy) draws one CoT per question" in audit.stdout
+    rerun = _audit(d, EVAL, "--rerun")
+    assert rerun.returncode == 1 and "DIFFERS" in rerun.stdout and "n_samples: 2 -> 1" in rerun.stdout, rerun.stdout
+
+
+def test_a_table_made_from_a_chosen_subset_is_named_by_the_audit(tiny_dag, tmp_path):
+    """`softtokens tables` run by hand on every file but one run's: each file it read is whole, so every other check
+    passes; the audit holds the table's inputs to what its grid asks for and names the missing file. The honest twin:
+    the workflow's own table audits clean (test_tiny_dag_end_to_end)."""
+    d = _copy(tiny_dag, tmp_path)
+    files = sorted({e for c in json.loads((d / "results/toy/tables/main.cells.json").read_text()) for e in c["evals"]})
+    dropped = next(f for f in files if "fuzzy-seed0" in f)
+    chosen = [f for f in files if f != dropped]
+    proc = subprocess.run([str(BIN / "softtokens"), "tables", "--table", "main", "--settings",
+                           json.dumps({"grid": "toy", "n_samples": 2}), "--out-dir", "results/toy/tables", *chosen],
+                          cwd=d, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    audit = _audit(d, "results/toy/tables/main.md", "--config", "tiny.yaml")
+    assert audit.returncode == 1 and "INCOMPLETE results/toy/tables/main.md: made without 1 of the" in audit.stdout
+    assert dropped in audit.stdout, audit.stdout[-3000:]
+
+
+def test_the_audit_reads_a_tree_from_any_directory_and_after_a_move(tiny_dag, tmp_path):
+    """The honest twins of every path a record holds: the audit from another directory (an absolute path), and of a
+    tree moved elsewhere, finds every link (records are relative to their own root, found from the file). A file
+    moved inside the tree is named; a symlink is named as one."""
+    d = _copy(tiny_dag, tmp_path)
+    here = _audit(d, "results/toy/tables/main.md")
+    assert here.returncode == 0, here.stdout[-3000:]
+    elsewhere = subprocess.run([str(BIN / "softtokens"), "audit", str(d / "results/toy/tables/main.md")],
+                               cwd=tmp_path, capture_output=True, text=True)
+    assert elsewhere.returncode == 0, elsewhere.stdout[-3000:]
+    assert elsewhere.stdout.count("[evaluate]") == here.stdout.count("[evaluate]")
+    moved = tmp_path / "moved" / "tree"
+    moved.parent.mkdir()
+    d.rename(moved)
+    audit = subprocess.run([str(BIN / "softtokens"), "audit", "results/toy/tables/main.md"], cwd=moved,
+                           capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout[-3000:]
+    (moved / EVAL).rename(moved / f"{EVAL}.bak")
+    (moved / EVAL).symlink_to(moved / f"{EVAL}.bak")   # its own bytes kept elsewhere: named, and whole
+    audit = _audit(moved, EVAL)
+    assert audit.returncode == 0 and f"SYMLINK {EVAL}" in audit.stdout, audit.stdout[-3000:]
+    (moved / EVAL).unlink()
+    (moved / EVAL).symlink_to(moved / SAMPLE)           # another result's bytes: refused
+    audit = _audit(moved, EVAL)
+    assert audit.returncode == 1 and f"SYMLINK {EVAL}" in audit.stdout and f"NOT THIS FILE {EVAL}" in audit.stdout
+
+
+def test_malformed_files_are_named_in_one_line_wherever_they_are_read(tiny_dag, tmp_path):
+    """A truncated evaluation file (audit, status, the table job), 300 random bytes in a selected.json (the evaluation
+    job), an empty file and a JSON of the wrong type: one line naming the file, no traceback, nothing overwritten."""
+    import random
+
+    d = _copy(tiny_dag, tmp_path)
+    before = _bytes(d, *SUMMARIES)
+    text = (d / EVAL).read_text()
+    (d / EVAL).write_text(text[: len(text) // 2])
+    audit = _audit(d, "results/toy/tables/main.md")
+    said = audit.stdout + audit.stderr
+    assert audit.returncode == 1 and "Traceback" not in said and f"MALFORMED {EVAL}" in said, said[-3000:]
+    status = subprocess.run([str(BIN / "softtokens"), "status", "--config", "tiny.yaml"], cwd=d, capture_output=True,
+                            text=True)
+    assert "Traceback" not in status.stdout + status.stderr and f"failed: {EVAL} (MALFORMED" in status.stdout
+    out = _refused_rebuild(d, before, f"MALFORMED {EVAL}")
+    assert "Traceback" not in out
+    (d / EVAL).write_text(text)
+    selected = d / RUN / "selected.json"
+    selected.write_bytes(random.Random(0).randbytes(300))
+    proc = snakemake(*_args(d), "--cores", "1", "-f", EVAL)
+    logged = proc.stdout + proc.stderr   # the failed job's log, shown on the console (profiles/default)
+    assert proc.returncode != 0 and f"{RUN}/selected.json: binary bytes, not JSON text" in logged, logged[-2000:]
+    assert "Traceback" not in logged
+    for content, what in (("", "empty"), ("[1, 2]", "a JSON list, not the dict")):
+        (d / EVAL).write_text(content)
+        audit = _audit(d, EVAL)
+        assert audit.returncode == 1 and what in audit.stdout and "Traceback" not in audit.stdout + audit.stderr
+
+
+def test_a_pickled_weights_file_is_refused_before_it_is_opened(tiny_dag, tmp_path):
+    """The selected checkpoint's weights replaced by a pickle that runs code on load, the manifest, the checkpoint's
+    record and the run's rehashed (a careful forger): the evaluation refuses it, naming the file, before anything
+    reads it: the code never runs. The honest twin: the real checkpoint evaluates (test_tiny_dag_end_to_end)."""
+    import pickle
+
+    from softtokens.model.checkpoint import TrainerState, manifest_sha256
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (tmp_path / "pwned",))
+
+    d = _copy(tiny_dag, tmp_path)
+    best = d / RUN / "checkpoints/best"
+    (best / "model.safetensors").unlink()
+    (best / "pytorch_model.bin").write_bytes(pickle.dumps(Payload(), protocol=4))
+    record = (best / "provenance.json").rename(tmp_path / "provenance.json")   # as training writes: manifest first
+    TrainerState.read(best).write(best)   # the manifest redone over the new file
+    record.rename(best / "provenance.json")
+    _edit(best / "provenance.json", lambda rec: rec["output"].update({"sha256": manifest_sha256(best)}))
+    proc = snakemake(*_args(d), "--cores", "1", "-f", EVAL)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "pytorch_model.bin is a pickle" in log, log[-3000:]
+    assert not (tmp_path / "pwned").exists()
+    audit = _audit(d, EVAL)
+    assert audit.returncode == 1 and "pytorch_model.bin is a pickle" in audit.stdout
+
+
+def test_the_rerun_log_is_the_reports_input_and_a_forged_line_does_not_count(tiny_dag, tmp_path):
+    """One real re-run, then a rebuild: the report says what it found (the honest twin), and records the log by its
+    hash. A line appended by hand claiming another file equal (its own hash not redone) is not counted, and the
+    report made before it no longer audits clean (its leaf changed)."""
+    d = _copy(tiny_dag, tmp_path)
+    page = d / "results/toy/report/reproduction.md"
+    assert _audit(d, EVAL, "--rerun").returncode == 0
+    proc = snakemake(*_args(d), "--cores", "1")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "1 evaluation file(s) as they are now made again" in page.read_text() and "all equal" in page.read_text()
+    assert _audit(d, "results/toy/report/reproduction.md", "--config", "tiny.yaml").returncode == 0
+    log = d / "results/toy/audit/reruns.jsonl"
+    line = json.loads(log.read_text().splitlines()[0])
+    forged = {**line, "file": SAMPLE.removeprefix("results/toy/"), "file_sha256": sha256_file(d / SAMPLE)}
+    with open(log, "a") as f:
+        f.write(json.dumps(forged) + "\n")
+    audit = _audit(d, "results/toy/report/reproduction.md", "--config", "tiny.yaml")
+    assert audit.returncode == 1 and "reruns: CHANGED leaf" in audit.stdout, audit.stdout[-3000:]
+    proc = snakemake(*_args(d), "--cores", "1")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    text = page.read_text()
+    assert "1 line(s) of" in text and "do not hash to what they say" in text and "1 evaluation file(s)" in text
+
+
+def test_honest_remakes_pass_every_check(tiny_dag, tmp_path):
+    """The honest twins of the refusals above, on the real layout: one cell remade by its own job (`-f CELL`), a file
+    remade with `-R FILE`, each followed by the rebuild they call for; a plain rerun that finds nothing to do. After
+    each, the table jobs read every input, the audit of every table and of the report passes and status calls every
+    file done."""
+    d = _copy(tiny_dag, tmp_path)
+    for remake in (("-f", EVAL), ("-R", LOGLIK)):
+        proc = snakemake(*_args(d), "--cores", "2", *remake)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        proc = snakemake(*_args(d), "--cores", "2")
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        for target in ("results/toy/tables/main.md", "results/toy/tables/ood.md", "results/toy/report/reproduction.md"):
+            audit = _audit(d, target, "--config", "tiny.yaml")
+            assert audit.returncode == 0, (remake, target, audit.stdout[-3000:])
+    status = subprocess.run([str(BIN / "softtokens"), "status", "--config", "tiny.yaml"], cwd=d, capture_output=True,
+                            text=True)
+    assert status.returncode == 0 and "failed:" not in status.stdout and " 0 failed" in status.stdout, status.stdout

@@ -42,26 +42,31 @@ def test_toy_grid_plan(tmp_path):
     proc = snakemake("-n", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(ROOT / "config.yaml"))
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc)
-    # 6 runs of the grid and 2 of its learning-rate sweep (its third value is the grid's own hard seed-0 run)
-    assert counts["train"] == 8 and counts["select_checkpoint"] == 8 and counts["sweep_tables"] == 1
-    # (base + 6 runs; the sweep's are selected on validation, not tested), each writing every setting's file in
-    # one job (evaluation.one_job_per_setting: false)
-    assert counts["evaluate"] == 7
-    assert counts["evaluate_loglik"] == 7  # (base + 6 runs) x the synthetic multiple-choice set
+    # the 6 runs of the grid (its learning-rate search is the toy-sweeps grid's: `make demo-sweeps`)
+    assert counts["train"] == 6 and counts["select_checkpoint"] == 6 and "sweep_tables" not in counts
+    # base + 6 runs, each writing every setting's file and its out-of-domain file in one job
+    # (evaluation.one_job_per_setting: false)
+    assert counts["evaluate"] == 7 and "evaluate_loglik" not in counts
     assert counts["prepare_data"] == 1 and counts["prepare_benchmark"] == 2 and counts["build_toy_base"] == 1
+    # the search: three values, of which 7e-5 is the toy grid's own hard seed-0 run (trained under that name, once),
+    # its table; nothing tested
+    sweeps = job_counts(snakemake("-n", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile",
+                                  str(ROOT / "config.yaml"), "--config", "grid=toy-sweeps"))
+    assert sweeps["train"] == 3 and sweeps["sweep_tables"] == 1 and "evaluate" not in sweeps, sweeps
 
 
 def test_one_evaluate_job_per_setting_unless_the_grid_says_otherwise(tmp_path):
-    """The toy's evaluate job writes a model's file of every setting (one process start-up); with
-    one_job_per_setting (the default, the paper grid's) each file is a job of its own."""
+    """The toy's evaluate job writes a model's file of every setting and its out-of-domain file (one process
+    start-up); with one_job_per_setting (the default, the paper grid's) each file is a job of its own."""
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     target = "results/toy/eval/toy/toyarith-soft-seed0/toyarith/hard_greedy.json"
     args = ["-n", "-p", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile"]
     together = snakemake(target, *args, str(ROOT / "config.yaml"))
     assert together.returncode == 0, together.stderr
-    shell = [line for line in together.stdout.splitlines() if "softtokens evaluate " in line]
-    assert len(shell) == 1 and f"--setting {' '.join(SETTINGS)}" in shell[0]
-    assert shell[0].count("toyarith-soft-seed0/toyarith/") >= len(SETTINGS)  # an --out file per setting
+    shell = [line for line in together.stdout.splitlines() if "softtokens evaluate-model " in line]
+    assert len(shell) == 1 and all(f'"{s}"' in shell[0] for s in SETTINGS)
+    assert shell[0].count("toyarith-soft-seed0/toyarith/") >= len(SETTINGS)  # an out file per setting
+    assert "toyarith-soft-seed0/toychoice/loglik.json" in shell[0]           # and the out-of-domain file
     config["grids"]["toy"]["evaluation"]["one_job_per_setting"] = True
     cfg = tmp_path / "apart.yaml"
     cfg.write_text(yaml.safe_dump(config))
@@ -95,7 +100,7 @@ def test_paper_grid_plan_with_the_slurm_profile():
     cells = 5
     summaries = {"main_table": 1, "settings_table": 3, "ood_table": 1, "training_figure": cells,
                  "passk_figure": cells * 3, "entropy_figure": cells * 3, "hard_passk_figure": 1,   # the paper's Fig. 3
-                 "reproduction_report": 1, "all": 1}
+                 "paper_claims": 1, "reproduction_report": 1, "all": 1}
     assert {k: counts[k] for k in summaries} == summaries
     assert counts["total"] == 2 * runs + models * 3 * settings + models * 3 + 3 + 6 + sum(summaries.values())
 
@@ -176,6 +181,9 @@ TINY = {
                    "ood_benchmarks": ["toychoice"], "loglik_batch_size": 4},
     "rl": {"prompts_per_step": 2, "samples_per_prompt": 2, "steps": 2, "warmup_steps": 1, "cot_max_tokens": 10,
            "answer_max_tokens": 4, "val_every": 1, "val_size": 8, "micro_batch_size": 4, "compute_dtype": "float32"},
+    # the toy-sweeps grid's learning-rate search, here in the toy grid itself: the tiny DAG runs it end to end
+    "sweep": {"pairs": [["toy", "toyarith"]], "seeds": [0],
+              "learning_rate": {"values": [3.5e-5, 7.0e-5, 1.4e-4], "modes": ["hard"]}},
 }
 
 

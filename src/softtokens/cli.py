@@ -31,7 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # a command that starts itself again (train under accelerate) passes them on
-    return int(args.func(args) or 0)
+    from softtokens.run.files import JsonlError, MalformedFile
+
+    try:
+        return int(args.func(args) or 0)
+    except (MalformedFile, JsonlError) as err:   # a file that is not what it should be: named in one line, no traceback
+        print(f"softtokens {args.command}: stopped: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 from softtokens.commands.workflow import startup
 from softtokens.run import paths
 from softtokens.run.names import alternation
-from softtokens.run.paths import ALL_SETTINGS, EVAL_JOB, RUN_JOB
+from softtokens.run.paths import EVAL_JOB, RUN_JOB
 from softtokens.run.summaries import stale_summaries
 
 # the config and every name in it (file:line, the closest valid one), models, local data, the memory plan, the

@@ -165,6 +165,28 @@ rule entropy_figure:
 
 
 REPORT = JOBS.report_files()
+PAPER_CLAIMS = paths.report_path(RESULTS, paths.PAPER_CLAIMS)
+
+
+rule paper_claims:
+    """The paper's claims judged on its own numbers (softtokens.verdict.paper_verdicts): it reads none of this grid's
+    results, so it runs beside the grid's first jobs."""
+    input:
+        paper=JOBS.paper_results().values(),
+    output:
+        claims=PAPER_CLAIMS,
+    params:
+        settings=verbatim(JOBS.paper_claims_settings()),
+    resources:
+        **resources("cpu"),
+    conda:
+        CPU_ENV
+    log:
+        log_of("paper_claims"),
+    benchmark:
+        bench_of("paper_claims")
+    shell:
+        "python -m softtokens judge-paper --settings {params.settings:q} --out {output.claims} > {log} 2>&1"
 
 
 rule reproduction_report:
@@ -177,8 +199,11 @@ rule reproduction_report:
         figures=JOBS.figure_targets(),
         selected=JOBS.selected_targets(),
         paper=JOBS.paper_results().values(),
+        paper_claims=PAPER_CLAIMS,
         # the search's summary: this grid's sweep, or the sweeps grid's beside these results once it exists
         sweeps=lambda w: JOBS.sweep_summary_present(),
+        # what `softtokens audit --rerun` found, where it was run: a leaf of the report, by its hash
+        reruns=lambda w: JOBS.reruns_present(),
     output:
         # kept (update): a report job that refuses its inputs (audit.inputs) leaves the previous report
         md=update(REPORT["reproduction.md"]),
@@ -197,6 +222,8 @@ rule reproduction_report:
         bench_dir=f"{RESULTS}/benchmarks",
         out_dir=output_parent,
         sweeps=lambda w, input: f"--sweeps {input.sweeps}" if input.sweeps else "",
+        reruns=lambda w, input: f"--reruns {input.reruns}" if input.reruns else "",
+        paper_claims=lambda w, input: f"--paper-claims {input.paper_claims}",
     resources:
         **resources("cpu"),
     conda:
@@ -206,7 +233,7 @@ rule reproduction_report:
     benchmark:
         bench_of("reproduction_report")
     shell:
-        "python -m softtokens report --settings {params.settings:q} --bench-dir {params.bench_dir} --out-dir {params.out_dir} {params.sweeps} {input.evals} {input.variants} {input.loglik} > {log} 2>&1"
+        "python -m softtokens report --settings {params.settings:q} --bench-dir {params.bench_dir} --out-dir {params.out_dir} {params.sweeps} {params.reruns} {params.paper_claims} --tables {input.tables} -- {input.evals} {input.variants} {input.loglik} > {log} 2>&1"
 
 
 rule ablation_tables:

@@ -32,7 +32,7 @@ def load(config_path: str | Path) -> dict | None:
     return _config(p.as_posix(), (st.st_size, st.st_mtime_ns))
 
 
-def _jobs(config: dict, grid: str):
+def grid_jobs(config: dict, grid: str):
     from softtokens.run.jobs import GridJobs
     from softtokens.sizing.plan import resolve_memory
 
@@ -50,7 +50,7 @@ def wanted_settings(config: dict, path: Path) -> list[str]:
             continue
         rel = parts[len(results.rstrip("/").split("/")):]
         try:
-            settings = _settings_of(_jobs(config, name), rel, path)
+            settings = _settings_of(grid_jobs(config, name), rel, path)
         except (KeyError, ValueError, IndexError):
             settings = None   # not a cell of this grid
         if settings is not None:
@@ -72,12 +72,22 @@ def _settings_of(jobs, rel: list[str], path: Path) -> str | None:
     return None
 
 
-def drift_problem(config: dict | None, path: Path, rec: dict) -> str | None:
+def under_root(path: Path, root: Path | None) -> Path:
+    """``path`` as the config names results: relative to the root the workflow ran in (a record's root)."""
+    if root is None:
+        return path
+    try:
+        return Path(path).absolute().relative_to(root.absolute())
+    except ValueError:
+        return path
+
+
+def drift_problem(config: dict | None, path: Path, rec: dict, root: Path | None = None) -> str | None:
     """MADE UNDER ANOTHER CONFIG, where the settings its job was given are none the current config gives it."""
     made = rec.get("params_hash")
     if config is None or made is None:
         return None
-    wanted = wanted_settings(config, path)
+    wanted = wanted_settings(config, under_root(path, root))
     if not wanted or made in wanted:
         return None
     return (f"MADE UNDER ANOTHER CONFIG {path}: its {rec.get('stage')} job was given settings {made}, the current "

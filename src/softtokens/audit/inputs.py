@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from softtokens.audit.chain import node_problems, shipped
+from softtokens.audit.chain import malformed, node_problems, shipped
 from softtokens.audit.rows import identical_seed_problems
 from softtokens.run.provenance import read_record
 
@@ -28,7 +28,7 @@ def input_problems(inputs: list[Path]) -> list[str]:
             continue
         rec = read_record(p)
         if rec is None:
-            out.append(f"NO PROVENANCE RECORD {p}: no job of this workflow made it as it is")
+            out.append(malformed(p) or f"NO PROVENANCE RECORD {p}: no job of this workflow made it as it is")
             continue
         out += node_problems(p, rec, deep=False)
     return out + identical_seed_problems([p for p in map(Path, inputs) if p.exists()])

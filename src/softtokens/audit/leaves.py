@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from softtokens.run.files import sha256_path
+from softtokens.run.provenance import at_root
 
 
 @lru_cache(maxsize=None)
@@ -30,9 +31,10 @@ def current_leaf_sha256(path: Path) -> str:
     return _sha256(path.as_posix(), _signature(path))
 
 
-def leaf_lines(name: str, leaf) -> tuple[list[str], int]:
+def leaf_lines(name: str, leaf, root: Path | None = None) -> tuple[list[str], int]:
     """Printable lines for one leaf and the problems found: a local or packaged file whose bytes changed or
-    that is gone. A hub leaf is named with its revision (checked on the hub, which an audit does not reach)."""
+    that is gone. A hub leaf is named with its revision (checked on the hub, which an audit does not reach).
+    ``root``: what the record's relative paths are relative to (run.provenance.record_root)."""
     if not isinstance(leaf, dict):   # a record written before leaves were recorded by content
         return [f"{name}: external {leaf} (a reference only: recorded before leaves carried their content hash)"], 0
     kind = leaf.get("kind")
@@ -40,7 +42,7 @@ def leaf_lines(name: str, leaf) -> tuple[list[str], int]:
         ref = leaf.get("ref") or f"{leaf.get('id')}@{leaf.get('revision') or 'unknown revision'}"
         pinned = leaf.get("ref") or leaf.get("revision")
         return [f"{name}: leaf on the hub {ref}" + ("" if pinned else " (no revision recorded: not pinned)")], 0
-    path = Path(leaf.get("path", ""))
+    path = at_root(root, leaf.get("path", ""))
     what = (f"package {leaf.get('distribution')} {leaf.get('version')}: " if kind == "package" else "local ")
     want = leaf.get("sha256") or ""
     if not path.exists():

@@ -9,12 +9,21 @@ input (audit.inputs)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from softtokens.model.checkpoint import TrainerState, checkpoint_problem, manifest_sha256
-from softtokens.run.files import sha256_path
-from softtokens.run.provenance import CONTENT_HASH, config_hash, content_sha256, read_record, record_conflict, record_path
+from softtokens.run.files import MalformedFile, read_json, sha256_path
+from softtokens.run.provenance import (
+    CONTENT_HASH,
+    at_root,
+    config_hash,
+    content_sha256,
+    placement_problem,
+    read_record,
+    record_conflict,
+    record_path,
+    record_root,
+)
 
 
 def current_sha256(path: Path, deep: bool = True) -> tuple[str, str | None]:
@@ -40,9 +49,13 @@ def record_problems(path: Path, rec: dict, deep: bool = True) -> list[str]:
     conflict = record_conflict(path)
     if conflict:
         out.append(conflict)
+    misplaced = placement_problem(path, rec)
+    if misplaced:
+        out.append(misplaced)
     out += hash_problems(path, rec, deep)
+    root = record_root(path, rec)
     for other in rec.get("outputs") or []:   # the job's other outputs, each by its own record's hash
-        other = Path(other)
+        other = at_root(root, other)
         if not other.exists():
             out.append(f"MISSING {other}: written by the same job as {path}, and gone")
         elif other != path:
@@ -59,7 +72,10 @@ def hash_problems(path: Path, rec: dict, deep: bool = True) -> list[str]:
         want = rec.get(CONTENT_HASH)
         if not want:
             return [f"NO HASH {path}: its embedded record holds no {CONTENT_HASH}: the document cannot be checked"]
-        got = content_sha256(json.loads(path.read_text()))
+        try:
+            got = content_sha256(read_json(path))
+        except MalformedFile as err:
+            return [f"MALFORMED {err}"]
         if got != want:
             return [f"EDITED {path}: the document (its numbers, rows or record) hashes to {got[:12]}, its "
                     f"record holds {want[:12]}: changed after its job wrote it"]

@@ -9,12 +9,12 @@ difference beyond rounding is an edit."""
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 
 from softtokens.eval.metrics import mean_pass_at_k
-from softtokens.run.files import read_jsonl
+from softtokens.run.files import MalformedFile, read_json, read_jsonl
+from softtokens.run.provenance import at_root
 from softtokens.train.selection import select_best
 
 TOLERANCE = 1e-9   # the summary is computed from the rows in the same order: only an edit moves it
@@ -106,17 +106,18 @@ def _test_ids(path: str, signature: tuple) -> tuple[str, ...]:
     return tuple(r["id"] for r in rows)
 
 
-def test_set_problems(path: Path, doc: dict, rec: dict) -> list[str]:
+def test_set_problems(path: Path, doc: dict, rec: dict, root: Path | None = None) -> list[str]:
     """An evaluation's rows against its test set (the data file its record names): every question once, none
     added, none dropped (a file whose wrong answers were cut, its summary recomputed, passed every other check)."""
-    data = Path(((rec.get("inputs") or {}).get("data") or {}).get("path", ""))
+    recorded = ((rec.get("inputs") or {}).get("data") or {}).get("path", "")
+    data = at_root(root, recorded) if recorded else Path("")
     if not data.is_file():
         return []   # the chain's MISSING names it
     st = data.stat()
     try:
         want = _test_ids(data.as_posix(), (st.st_size, st.st_mtime_ns))
     except ValueError as err:   # not a question set: the rows cannot be held against it, which is a problem too
-        return [f"EDITED {path}: its test set {data} cannot be read as questions ({err})"]
+        return [f"EDITED {path}: its test set {recorded} cannot be read as questions ({err})"]
     got = [r.get("id") for r in doc.get("problems") or []]
     missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
     twice = sorted({i for i in got if got.count(i) > 1}) if len(set(got)) != len(got) else []
@@ -124,27 +125,31 @@ def test_set_problems(path: Path, doc: dict, rec: dict) -> list[str]:
         return []
     said = "; ".join(f"{what} {len(ids)} ({', '.join(map(str, ids[:3]))}{', ...' if len(ids) > 3 else ''})"
                      for what, ids in (("missing", missing), ("not in it", extra), ("twice", twice)) if ids)
-    return [f"EDITED {path}: its rows are not its test set {data} ({len(want)} questions): {said}"]
+    return [f"EDITED {path}: its rows are not its test set {recorded} ({len(want)} questions): {said}"]
 
 
-def row_problems(path: Path, doc: dict, rec: dict | None = None) -> list[str]:
+def row_problems(path: Path, doc: dict, rec: dict | None = None, root: Path | None = None) -> list[str]:
     """Every number of an evaluation file that does not follow from its rows, and its rows against its test set
-    (empty: all hold)."""
-    out = loglik_problems(path, doc) if Path(path).stem == "loglik" else math_problems(path, doc)
-    return out + (test_set_problems(path, doc, rec) if rec else [])
+    (empty: all hold). ``root``: what the record's paths are relative to (run.provenance.record_root)."""
+    try:
+        out = loglik_problems(path, doc) if Path(path).stem == "loglik" else math_problems(path, doc)
+    except (TypeError, KeyError, AttributeError, ValueError) as err:   # a row of the wrong shape: named, not a traceback
+        return [f"MALFORMED {path}: its rows are not an evaluation's ({type(err).__name__}: {err})"]
+    return out + (test_set_problems(path, doc, rec, root) if rec else [])
 
 
-def selection_problems(path: Path, doc: dict, rec: dict) -> list[str]:
+def selection_problems(path: Path, doc: dict, rec: dict, root: Path | None = None) -> list[str]:
     """A run's selection (selected.json) against the metrics it was chosen from: the step, its greedy
     validation accuracy (the number a hyperparameter search's table reads: report.sweeps), the base's and
     the failed-to-learn verdict follow from the validation rows by train.selection.select_best, or were
     edited (a forger who rehashed the document passes its content hash, not this)."""
-    metrics = Path(((rec.get("inputs") or {}).get("metrics") or {}).get("path", ""))
+    recorded = ((rec.get("inputs") or {}).get("metrics") or {}).get("path", "")
+    metrics = at_root(root, recorded) if recorded else Path("")
     if not metrics.is_file():
-        return [f"MISSING {metrics}: the metrics {path} was selected from"] if metrics.name else []
+        return [f"MISSING {recorded}: the metrics {path} was selected from"] if recorded else []
     try:
         now = select_best(read_jsonl(metrics))
-    except (ValueError, KeyError) as err:
+    except (ValueError, KeyError, TypeError) as err:
         return [f"EDITED {metrics}: no selection follows from its rows ({err})"]
     out = []
     # the base's score and the failed-to-learn verdict where the file has them (selections made before those
@@ -158,7 +163,7 @@ def selection_problems(path: Path, doc: dict, rec: dict) -> list[str]:
     return out
 
 
-def shared_selection_problems(path: Path, doc: dict) -> list[str]:
+def shared_selection_problems(path: Path, doc: dict, root: Path | None = None) -> list[str]:
     """A shared selection (a run that is another's name: run.identity) against the run it shares: that run computes
     what this name asks for (train.selection.share_problem), and what it says is that run's selection."""
     from softtokens.train.selection import SHARED_WITH, share_problem
@@ -166,23 +171,56 @@ def shared_selection_problems(path: Path, doc: dict) -> list[str]:
     problem = share_problem(path)
     if problem:
         return [f"NOT THE SAME RUN: {problem}"]
-    other = Path(doc[SHARED_WITH]) / path.name
-    theirs = json.loads(other.read_text())
+    other = at_root(root, doc[SHARED_WITH]) / path.name
+    try:
+        theirs = read_json(other)
+    except MalformedFile as err:
+        return [f"MALFORMED {err}"]
     return [f"EDITED {path}: {key} says {doc.get(key)!r}, the run it shares ({other}) {theirs.get(key)!r}"
             for key in ("step", "val_greedy_accuracy", "checkpoint", "failed_to_learn") if doc.get(key) != theirs.get(key)]
 
 
-def _answers(doc: dict) -> list[tuple]:
-    """What an evaluation file says each question got: (id, correct) for math, (id, pred) out of domain."""
-    return [(r.get("id"), r.get("correct") if "n" in r else r.get("pred")) for r in doc.get("problems") or []]
+def fingerprint(doc: dict) -> tuple | None:
+    """What a copy of an evaluation file shares with its original and an honestly made file of another seed does
+    not: its stored continuous values (each question's option log-likelihoods and NLL out of domain; the CoT
+    entropy by position, each problem's mean CoT length and the examples' text for math). None where the file
+    stores none: its argmax answers or correct flags alone are never evidence of a copy (every model at ceiling
+    answers every question alike, and the demo once refused three honest seeds for it)."""
+    rows = doc.get("problems") or []
+    if rows and all(isinstance(r.get("loglik"), list) for r in rows):
+        return ("loglik", tuple((r.get("id"), tuple(r["loglik"]), r.get("nll_correct")) for r in rows))
+    entropy = doc.get("entropy_profile") or []
+    lengths = tuple(r.get("mean_cot_length") for r in rows)
+    if not entropy and all(x is None for x in lengths):
+        return None
+    texts = tuple((e.get("cot"), e.get("completion")) for e in doc.get("examples") or [])
+    return ("math", tuple(entropy), lengths, texts)
+
+
+def _weights_sha256(doc: dict, root: Path | None) -> str | None:
+    """The sha256 of the weights an evaluation of a trained run was made from, from its checkpoint's manifest
+    (None: a base model, or a checkpoint no longer there)."""
+    from softtokens.model.checkpoint import TrainerState
+
+    ckpt = ((doc.get("provenance") or {}).get("inputs") or {}).get("checkpoint") or {}
+    where = at_root(root, ckpt["path"]) if ckpt.get("path") else None
+    if where is None or not TrainerState.exists(where):
+        return None
+    try:
+        files = TrainerState.read(where).files
+    except (OSError, ValueError, TypeError):
+        return None
+    weights = {n: e for n, e in files.items() if n.endswith(".safetensors")}
+    return "|".join(f"{n}:{(e or {}).get('sha256') if isinstance(e, dict) else e}" for n, e in sorted(weights.items()))
 
 
 def identical_seed_problems(paths: list[Path]) -> list[str]:
-    """Evaluation files of two seeds of one run (the same model, training, benchmark and setting) whose every
-    question got the same answer: one file copied over the other. Seeds are trained apart: on a test set where some
-    questions are right and some wrong, their rows agree on every one by chance only on a handful of questions, so
-    a file whose answers are all right or all wrong (no information) is not flagged."""
+    """Evaluation files of two seeds of one run (the same model, training, benchmark and setting) that store the same
+    continuous values (fingerprint): one file copied over the other. Seeds are trained apart, so their log-likelihoods
+    and entropies differ in their last bits even where every answer agrees. Two seeds whose checkpoints hold the
+    same weights (a run that never updated: every reward equal) give the same file honestly: not flagged."""
     from softtokens.run.paths import parse_eval_path
+    from softtokens.run.provenance import record_root
 
     groups: dict[tuple, list[Path]] = {}
     for p in map(Path, paths):
@@ -194,12 +232,23 @@ def identical_seed_problems(paths: list[Path]) -> list[str]:
             groups.setdefault(tuple(v for k, v in keys.items() if k != "seed"), []).append(p)
     out = []
     for files in groups.values():
-        seen: dict[tuple, Path] = {}
+        if len(files) < 2:
+            continue
+        seen: dict[tuple, tuple[Path, str | None]] = {}
         for p in sorted(files):
-            answers = tuple(_answers(json.loads(p.read_text())))
-            informative = len({a for _, a in answers}) > 1
-            if informative and answers in seen:
-                out.append(f"IDENTICAL SEEDS {p}: every one of its {len(answers)} questions got the answer it got in "
-                           f"{seen[answers]}, another seed's file (a copy?)")
-            seen.setdefault(answers, p)
+            try:
+                doc = read_json(p)
+            except MalformedFile:
+                continue   # named by the file's own checks
+            values = fingerprint(doc)
+            if values is None:
+                continue
+            weights = _weights_sha256(doc, record_root(p, doc.get("provenance") or {}))
+            if values in seen:
+                first, first_weights = seen[values]
+                if weights is None or weights != first_weights:
+                    out.append(f"IDENTICAL SEEDS {p}: it stores the same log-likelihoods, entropies and lengths as "
+                               f"{first}, another seed's file, to the last bit (a copy?)")
+                continue
+            seen[values] = (p, weights)
     return out

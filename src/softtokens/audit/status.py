@@ -63,12 +63,12 @@ class RunStatus:
 
 
 def _failed_to_learn(run_dir: Path) -> str | None:
-    import json
+    from softtokens.run.files import MalformedFile, read_json
 
     selected = run_dir / paths.SELECTED
     try:
-        return json.loads(selected.read_text()).get("failed_to_learn") if selected.is_file() else None
-    except (OSError, json.JSONDecodeError):
+        return read_json(selected).get("failed_to_learn") if selected.is_file() else None
+    except MalformedFile:
         return None
 
 
@@ -133,16 +133,39 @@ def _finished_problem(run_dir: Path, train: list[dict], steps: int) -> str | Non
     return None
 
 
-def eval_state(result: Path, log: Path, now: float) -> str:
-    if result.is_file():   # done only if it is the document its job wrote (its embedded hash: audit.records)
+def eval_state(result: Path, log: Path, now: float) -> tuple[str, str | None]:
+    """(state, why a file that is there is not done): done only if it is the document its job wrote (its embedded
+    hash: audit.records) and the file its path names (run.eval_identity)."""
+    if result.is_file():
         from softtokens.audit.records import hash_problems
+        from softtokens.run.eval_identity import identity_problems
+        from softtokens.run.files import MalformedFile, read_json
         from softtokens.run.provenance import read_record
 
+        try:
+            doc = read_json(result)
+        except MalformedFile as err:
+            return "failed", f"MALFORMED {err}"
         rec = read_record(result)
-        return "done" if rec is not None and not hash_problems(result, rec, deep=False) else "failed"
+        if rec is None:
+            return "failed", f"NO PROVENANCE RECORD {result}"
+        problems = hash_problems(result, rec, deep=False) + identity_problems(result, doc)
+        return ("failed", problems[0]) if problems else ("done", None)
     if log.is_file():
-        return "running" if now - log.stat().st_mtime < STALE_AFTER_S else "failed"
-    return "pending"
+        return ("running" if now - log.stat().st_mtime < STALE_AFTER_S else "failed"), None
+    return "pending", None
+
+
+def eval_file_job(jobs, path: str) -> tuple[str, str]:
+    """(rule, job) that writes an evaluation file: its setting's or out-of-domain set's own job, or its evaluated
+    model's (evaluation.one_job_per_setting: false)."""
+    k = paths.parse_eval_path(path)
+    trained = Path(path).parent.parent.name
+    if jobs.per_model_eval:
+        return "evaluate", paths.model_eval_job(k["model"], trained)
+    if Path(path).stem == "loglik":
+        return "evaluate_loglik", paths.EVAL_JOB.format(model=k["model"], trained=trained, benchmark=k["benchmark"])
+    return "evaluate", paths.eval_job(k["setting"], k["model"], trained, k["benchmark"])
 
 
 def grid_status(config: dict, grid_name: str, now: float | None = None) -> dict:
@@ -160,19 +183,11 @@ def grid_status(config: dict, grid_name: str, now: float | None = None) -> dict:
         runs.append(run_status(Path(jobs.run_file(run, paths.METRICS)).parent, run.wildcards, steps,
                                gpus["train"].get(run.model, 0), bench_gpu, now))
     evals = []
-    per_setting = jobs.eval["one_job_per_setting"]
-    for path in jobs.eval_targets():
-        k = paths.parse_eval_path(path)
-        trained = Path(path).parent.parent.name
-        job = paths.eval_job(k["setting"] if per_setting else paths.ALL_SETTINGS, k["model"], trained, k["benchmark"])
-        evals.append({"kind": "evaluate", "file": path, "job": job,
-                      "state": eval_state(Path(path), Path(paths.log_path(jobs.results, "evaluate", job)), now)})
-    for path in jobs.loglik_targets():
-        k = paths.parse_eval_path(path)
-        job = paths.EVAL_JOB.format(model=k["model"], trained=Path(path).parent.parent.name, benchmark=k["benchmark"])
-        evals.append({"kind": "evaluate_loglik", "file": path, "job": job,
-                      "state": eval_state(Path(path), Path(paths.log_path(jobs.results, "evaluate_loglik", job)),
-                                          now)})
+    for kind, targets in (("evaluate", jobs.eval_targets()), ("evaluate_loglik", jobs.loglik_targets())):
+        for path in targets:
+            rule, job = eval_file_job(jobs, path)
+            state, problem = eval_state(Path(path), Path(paths.log_path(jobs.results, rule, job)), now)
+            evals.append({"kind": kind, "file": path, "rule": rule, "job": job, "state": state, "problem": problem})
     ev = bench[bench.rule.isin(["evaluate", "evaluate_loglik"])]
     other = bench[~bench.rule.isin(["train", "evaluate", "evaluate_loglik"])]
     bases = [toy_base_status(jobs.model_source(m), now) for m, spec in jobs.grid["models"].items()
@@ -185,14 +200,18 @@ def grid_status(config: dict, grid_name: str, now: float | None = None) -> dict:
 def toy_base_status(model_dir: str, now: float) -> dict:
     """A toy base: done (its directory), building (its progress file, written recently), failed (a
     stale progress file: the job stopped before writing the model) or pending."""
-    import json
+    from softtokens.run.files import MalformedFile, read_json
 
     if Path(model_dir).is_dir():
         return {"model": model_dir, "state": "done"}
     progress = Path(paths.model_progress(model_dir))
     if not progress.is_file():
         return {"model": model_dir, "state": "pending"}
-    row = json.loads(progress.read_text())
+    try:
+        row = read_json(progress)
+        row["step"], row["steps"], row["seconds"], row["loss"]
+    except (MalformedFile, KeyError):   # a progress file being replaced, or not one: no step to show
+        return {"model": model_dir, "state": "running" if now - progress.stat().st_mtime < STALE_AFTER_S else "failed"}
     state = "running" if now - row.get("updated", 0) < STALE_AFTER_S else "failed"
     done = row["step"] + 1
     eta = row["seconds"] / done * (row["steps"] - done) if done else None
@@ -248,7 +267,7 @@ def status_text(status: dict) -> str:
         if sub:
             counts = ", ".join(f"{sum(e['state'] == s for e in sub)} {s}" for s in STATES)
             lines.append(f"{kind + ' files':<26} {len(sub):>5}: {counts}")
-            lines += [f"    failed: {e['file']} (log: {paths.log_path(status['results'], kind, e['job'])})"
+            lines += [f"    failed: {e['file']} ({e.get('problem') or 'log: ' + paths.log_path(status['results'], e['rule'], e['job'])})"
                       for e in sub if e["state"] == "failed"]
     run_counts = ", ".join(f"{sum(r.state == s for r in runs)} {s}" for s in STATES)
     eta = max((r.eta_s for r in runs if r.eta_s is not None), default=None)

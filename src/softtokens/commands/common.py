@@ -38,11 +38,61 @@ def add_expect(c: argparse.ArgumentParser) -> None:
 
 
 def add_model_args(c: argparse.ArgumentParser) -> None:
-    """What to evaluate: a base model or a trained run's selected checkpoint; CPU threads."""
+    """What to evaluate: a base model or a trained run's selected checkpoint; CPU threads; the names the result's
+    identity gives them (run.eval_identity)."""
     g = c.add_mutually_exclusive_group(required=True)
     g.add_argument("--model", help="base model: hub id or local directory")
     g.add_argument("--selected", help="selected.json of a trained run")
+    c.add_argument("--model-name", help="the grid's name of the model (default: a trained run's model, else the "
+                                        "base's directory name or hub id)")
+    c.add_argument("--benchmark", help="the benchmark's name (default: the name of the data file's directory, as "
+                                       "prepare-data lays it out)")
     c.add_argument("--threads", type=int, default=1)
+
+
+def trained_identity(a) -> dict | str:
+    """What the evaluated model is as a result's identity says it: "base", or the run of the selection read (its
+    directory in the results layout; outside it, the checkpoint's own state)."""
+    from softtokens.run.eval_identity import trained_identity as from_layout
+
+    if not a.selected:
+        return from_layout(None)
+    try:
+        return from_layout(a.selected)
+    except (ValueError, IndexError):
+        from softtokens.model.checkpoint import TrainerState
+
+        chosen = read_selection(a.selected)
+        cfg = TrainerState.read(chosen["checkpoint"]).config
+        return {"model": None, "dataset": None, "mode": cfg.get("mode"), "variant": cfg.get("variant", ""),
+                "seed": cfg.get("seed")}
+
+
+def model_name(a) -> str:
+    """The grid's name of the evaluated model (--model-name; else read off the selection's run or the base)."""
+    if a.model_name:
+        return a.model_name
+    trained = trained_identity(a)
+    if isinstance(trained, dict) and trained.get("model"):
+        return trained["model"]
+    return Path(a.model).name if a.model and Path(a.model).exists() else (a.model or "")
+
+
+def benchmark_name(a) -> str:
+    return a.benchmark or Path(a.data).parent.name
+
+
+def read_selection(path: str | Path) -> dict:
+    """A run's selected.json, or a one-line stop naming the file when it is not one (run.files.read_json)."""
+    from softtokens.run.files import MalformedFile, read_json
+
+    try:
+        chosen = read_json(path)
+    except MalformedFile as err:
+        raise SystemExit(f"error: {err}") from None
+    if not isinstance(chosen.get("checkpoint"), str):
+        raise SystemExit(f"error: {path}: no checkpoint named in it (not a selection written by softtokens select)")
+    return chosen
 
 
 def selection_record(a) -> dict:
@@ -50,9 +100,19 @@ def selection_record(a) -> dict:
     validation (tables mark runs selected below their base); nothing for a base model."""
     if not a.selected:
         return {}
-    chosen = json.loads(Path(a.selected).read_text())
+    chosen = read_selection(a.selected)
     return {"selection": {k: chosen.get(k) for k in ("step", "val_greedy_accuracy", "base_val_greedy_accuracy",
                                                       "improved_over_base", "failed_to_learn")}}
+
+
+def selection_checkpoint(selected: str | Path, chosen: dict) -> str:
+    """The checkpoint a selection names, as a path here: the selection's record's paths are relative to its root
+    (run.provenance.record_root), not to the reader's working directory."""
+    from softtokens.run.provenance import at_root, record_root
+
+    rec = chosen.get("provenance") if isinstance(chosen.get("provenance"), dict) else {}
+    root = record_root(selected, rec) if rec else None
+    return at_root(root, chosen["checkpoint"]).as_posix()
 
 
 def model_to_evaluate(a) -> tuple[str, dict]:
@@ -61,8 +121,8 @@ def model_to_evaluate(a) -> tuple[str, dict]:
     if a.selected:
         from softtokens.train.selection import CheckpointError, identity_problem, verify_checkpoint
 
-        chosen = json.loads(Path(a.selected).read_text())
-        model_path = chosen["checkpoint"]
+        chosen = read_selection(a.selected)
+        model_path = selection_checkpoint(a.selected, chosen)
         try:
             verify_checkpoint(model_path)  # sizes and the record here; every byte as it loads (model.loading)
         except CheckpointError as err:

@@ -54,14 +54,40 @@ def cmd_report(a) -> None:
     from softtokens.cells.paper import PaperResultsError
     from softtokens.report.page import write_report
 
-    refuse_bad_inputs([*a.inputs, *([a.sweeps] if a.sweeps else [])], "report")
+    refuse_bad_inputs([*a.inputs, *([a.sweeps] if a.sweeps else []), *([a.paper_claims] if a.paper_claims else [])],
+                      "report")
     try:
         data = write_report([Path(p) for p in a.inputs], Path(a.bench_dir), Path(a.out_dir),
-                            parse_settings(a.settings), Path(a.sweeps) if a.sweeps else None)
+                            parse_settings(a.settings), Path(a.sweeps) if a.sweeps else None,
+                            Path(a.reruns) if a.reruns else None, Path(a.paper_claims) if a.paper_claims else None,
+                            [Path(t) for t in a.tables])
     except PaperResultsError as err:
         raise SystemExit(f"report: refused the paper's numbers; no output was written:\n{err}") from None
     for c in data["claims_ours"]:
         print(f"{c.summary():<26} {c.statement}")
+
+
+def cmd_judge_paper(a) -> None:
+    """The paper's claims judged on its own numbers (verdict.paper_verdicts): a job of its own, beside the grid's."""
+    from softtokens.cells.paper import PAPER_RESULTS, PaperResultsError, load_paper_results
+    from softtokens.run.files import write_json
+    from softtokens.run.provenance import Provenance
+    from softtokens.verdict.claims import MarginError, judging_spec
+    from softtokens.verdict.paper_verdicts import paper_verdicts
+
+    settings = parse_settings(a.settings)
+    source = settings.get("paper_results")
+    try:
+        spec = judging_spec(settings)
+        doc = paper_verdicts(load_paper_results(source or PAPER_RESULTS), spec)
+    except (PaperResultsError, MarginError) as err:
+        raise SystemExit(f"judge-paper: {err}; nothing was written") from None
+    prov = Provenance("paper_claims", settings, params=settings)
+    if source:   # a user's numbers file is a leaf; the shipped one is versioned with the code
+        prov.add_local_leaf("paper_results", source)
+    write_json(a.out, prov.embedded(doc, a.out))
+    for c in doc["claims"]:
+        print(f"{c['verdict']:<14} {c['key']}")
 
 
 def cmd_status(a) -> None:
@@ -74,15 +100,32 @@ def cmd_status(a) -> None:
 DEFAULT_CONFIG = "config.yaml"
 
 
-def cmd_audit(a) -> int:
+def audit_config(a) -> dict | None:
+    """The config each result is held to: --config where given, else the config.yaml of the workflow that made
+    the result (at its record's root, found from the file: run.provenance.record_root), else none."""
     from softtokens.audit import drift
-    from softtokens.audit.chain import audit
+    from softtokens.run.provenance import read_record, record_root
+
+    if a.config is not None:
+        config = drift.load(a.config)
+        if config is None:
+            raise SystemExit(f"--config {a.config}: no such file")
+        return config
+    target = Path(a.path)
+    rec = read_record(target) or read_record(target.with_name(target.name.split(".")[0] + ".cells.json")) or {}
+    root = record_root(target, rec) if rec else None
+    for where in ([root / DEFAULT_CONFIG] if root is not None else []) + [Path(DEFAULT_CONFIG)]:
+        if where.is_file():
+            return drift.load(where)
+    return None
+
+
+def cmd_audit(a) -> int:
+    from softtokens.audit.chain import HASHES_NOTE, audit
 
     if (a.row is None) != (a.column is None):
         raise SystemExit("--row and --column go together (one table cell)")
-    config = drift.load(a.config)
-    if config is None and a.config != DEFAULT_CONFIG:
-        raise SystemExit(f"--config {a.config}: no such file")
+    config = audit_config(a)
     if a.rerun or a.rerun_sample:
         from softtokens.audit.rerun import cmd_rerun
 
@@ -95,10 +138,12 @@ def cmd_audit(a) -> int:
         except KeyError as e:
             raise SystemExit(e.args[0]) from None
         print("\n".join(lines))
+        print(HASHES_NOTE)
         return 1 if problems else 0
     lines, problems = audit(a.path, config=config)
     print("\n".join(lines))
     print(f"\n{problems} problem(s)" if problems else "\nchain complete: every input present and unchanged")
+    print(HASHES_NOTE)
     return 1 if problems else 0
 
 
@@ -175,8 +220,18 @@ def register(sub) -> None:
     c.add_argument("--bench-dir", required=True, help="the grid's Snakemake benchmark files")
     c.add_argument("--out-dir", required=True)
     c.add_argument("--sweeps", default=None, help="the hyperparameter search's summary (report.sweeps), if any")
+    c.add_argument("--reruns", default=None, help="the log of `softtokens audit --rerun` (audit.rerun), if any")
+    c.add_argument("--tables", nargs="*", default=[], help="the grid's tables, each audited on the first screen")
+    c.add_argument("--paper-claims", default=None, help="the paper's claims as judge-paper judged them (else judged "
+                                                        "here)")
     c.add_argument("inputs", nargs="+", help="evaluation files (math settings and loglik.json)")
     c.set_defaults(func=cmd_report)
+
+    c = sub.add_parser("judge-paper", help="the paper's claims judged on its own numbers, under every specification, "
+                                           "with their odds in reproductions (verdict.paper_verdicts)")
+    c.add_argument("--settings", required=True, help="JSON: the config's judging block, optional paper_results")
+    c.add_argument("--out", required=True)
+    c.set_defaults(func=cmd_judge_paper)
 
     c = sub.add_parser("docs", help="check (or --write) the numbers the docs quote from the code: verdicts on the "
                                     "paper's numbers, job counts (report.doc_blocks)")
@@ -195,13 +250,15 @@ def register(sub) -> None:
     c.add_argument("path", help="a result file, or a table (results/<grid>/tables/main.md) with --row/--column")
     c.add_argument("--row", help='table row: model and training as printed, e.g. "toy toyarith hard", "toy no finetune"')
     c.add_argument("--column", help='table column as printed, e.g. "toyarith Greedy pass@1"')
-    c.add_argument("--config", default=DEFAULT_CONFIG,
-                   help="the config each result is held to (a result made under other settings is named); default "
-                        "config.yaml where there is one")
+    c.add_argument("--config", default=None,
+                   help="the config each result is held to (a result made under other settings is named, a table "
+                        "made from other files than its grid asks for); default: the config.yaml of the workflow "
+                        "that made the result (at its records' root), else ./config.yaml where there is one")
     c.add_argument("--rerun", action="store_true",
                    help="re-evaluate the cell's (or the file's) evaluation files from their checkpoints and data in a "
                         "scratch directory and compare the results with the files (audit.rerun)")
     c.add_argument("--rerun-sample", type=int, default=0, metavar="N",
-                   help="re-evaluate N of the table's evaluation files, chosen at random (seeded: --seed)")
-    c.add_argument("--seed", type=int, default=0)
+                   help="re-evaluate N of the table's evaluation files, drawn at random with a fresh seed (printed and "
+                        "logged; --seed draws a given sample)")
+    c.add_argument("--seed", type=int, default=None, help="the seed of --rerun-sample's draw (default: a fresh one)")
     c.set_defaults(func=cmd_audit)

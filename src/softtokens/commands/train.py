@@ -97,14 +97,15 @@ def cmd_select_shared(a) -> None:
     name asks for (train.selection.share_problem) before it is written."""
     from softtokens.audit.chain import SHARE_STAGE
     from softtokens.run.files import write_json
-    from softtokens.run.provenance import Provenance
+    from softtokens.commands.common import read_selection
+    from softtokens.run.provenance import Provenance, rel
     from softtokens.train.selection import SHARED_WITH, share_problem
 
     settings = parse_settings(a.settings)
-    chosen = json.loads(Path(a.share).read_text())
+    chosen = read_selection(a.share)
     prov = Provenance(SHARE_STAGE, settings, inputs={"selected": a.share}, params=settings)
     doc = prov.embedded({**{k: v for k, v in chosen.items() if k != "provenance"},
-                         SHARED_WITH: Path(a.share).parent.as_posix()})
+                         SHARED_WITH: rel(Path(a.share).parent)}, a.out)
     write_json(a.out, doc)
     problem = share_problem(a.out)
     if problem:
@@ -118,7 +119,7 @@ def cmd_select(a) -> None:
         return cmd_select_shared(a)
     from softtokens.audit.chain import SELECT_STAGE
     from softtokens.run.files import read_jsonl, write_json
-    from softtokens.run.provenance import Provenance
+    from softtokens.run.provenance import Provenance, rel
     from softtokens.train.selection import (
         FLOOR,
         CheckpointError,
@@ -147,7 +148,7 @@ def cmd_select(a) -> None:
         check_checkpoint(best_ckpt, chosen["step"])
     except ValueError as err:
         raise SystemExit(f"error: {err}: the checkpoint is not the step this run's validation selects") from None
-    write_json(a.out, prov.embedded({**chosen, "checkpoint": best_ckpt.as_posix()}))
+    write_json(a.out, prov.embedded({**chosen, "checkpoint": rel(best_ckpt)}, a.out))
     print(json.dumps(chosen))
     if chosen["failed_to_learn"]:
         print(f"WARNING: {Path(a.metrics).parent}: failed to learn: {chosen['failed_to_learn']}; its cells are "

@@ -126,17 +126,21 @@ def cached_repos() -> set[tuple[str, str]]:
         return set()
 
 
-def fetches(config: dict, grid_name: str) -> list[tuple[str, str, str]]:
-    """(repo type, hub id, what needs it) of the data sets and base weights the grid's jobs will fetch:
-    those whose outputs do not exist yet and that no local copy serves."""
+def fetches(config: dict, grid_name: str, targets=()) -> list[tuple[str, str, str]]:
+    """(repo type, hub id, what needs it) of the data sets and base weights the jobs of ``targets`` (none: the whole
+    grid) will fetch: those whose outputs do not exist yet and that no local copy serves."""
     from softtokens.data.sources import SOURCES
     from softtokens.run.jobs import GridJobs
     from softtokens.run.names import built_by_workflow
+    from softtokens.run.targets import target_needs
 
     jobs = GridJobs({**config, "grid": grid_name})
     grid = jobs.grid
+    wanted = target_needs(jobs, list(targets or []))   # (datasets, models), None: everything
     out = []
     for name, spec in grid["datasets"].items():
+        if wanted is not None and name not in wanted[0]:
+            continue
         source = SOURCES.get(spec["loader"])
         if source is None or spec.get("path"):
             continue
@@ -145,7 +149,7 @@ def fetches(config: dict, grid_name: str) -> list[tuple[str, str, str]]:
             out.append(("dataset", spec.get("source") or source.hub_id, f"datasets.{name}"))
     for model, spec in grid["models"].items():
         src = spec["source"]
-        if built_by_workflow(src) or Path(src).exists():
+        if built_by_workflow(src) or Path(src).exists() or (wanted is not None and model not in wanted[1]):
             continue
         runs = [r for r in jobs.training_runs() if r.model == model]
         pending = any(not (Path(paths.run_dir(jobs.results, r)) / paths.SELECTED).exists() for r in runs) or any(
@@ -155,9 +159,10 @@ def fetches(config: dict, grid_name: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def fetch_problems(config: dict, grid_name: str, reachable=hub_reachable, cached=cached_repos) -> list[str]:
-    """Each data set or model a job will fetch that is neither cached nor reachable: one line with the fix."""
-    needed = fetches(config, grid_name)
+def fetch_problems(config: dict, grid_name: str, reachable=hub_reachable, cached=cached_repos, targets=()) -> list[str]:
+    """Each data set or model a job of ``targets`` (none: the grid) will fetch that is neither cached nor reachable:
+    one line with the fix."""
+    needed = fetches(config, grid_name, targets)
     if not needed:
         return []
     have = cached()
@@ -173,10 +178,11 @@ def fetch_problems(config: dict, grid_name: str, reachable=hub_reachable, cached
             f"{'path' if kind == 'dataset' else 'source'} at a local copy" for kind, repo, key in missing]
 
 
-def preflight(config: dict, grid_name: str, status_command: str | None = None) -> list[str]:
-    """Everything a cluster run would stop on before its first job (empty: it may start)."""
+def preflight(config: dict, grid_name: str, status_command: str | None = None, targets=()) -> list[str]:
+    """Everything a cluster run of ``targets`` (none: the whole grid) would stop on before its first job (empty: it
+    may start)."""
     problems = slurm_problems(status_command=status_command)
-    return problems + fetch_problems(config, grid_name)
+    return problems + fetch_problems(config, grid_name, targets=targets)
 
 
 # ---------------------------------------------------------------- memory on one machine
@@ -192,7 +198,9 @@ def job_memory(jobs) -> list[tuple[str, int]]:
     if callable(train):
         for r in sorted({(r.model, r.dataset, r.arm) for r in jobs.training_runs()}):
             out.append((f"train {r[0]}/{r[1]}/{r[2]}", train(SimpleNamespace(model=r[0], dataset=r[1], arm=r[2]))))
-    for kind, wanted in (("evaluate", jobs.eval["benchmarks"]), ("evaluate_loglik", jobs.ood)):
+    kinds = (("evaluate", jobs.eval["benchmarks"] or jobs.ood),) if jobs.per_model_eval else (
+        ("evaluate", jobs.eval["benchmarks"]), ("evaluate_loglik", jobs.ood))
+    for kind, wanted in kinds:
         mem = jobs.resources(kind).get("mem_mb")
         if callable(mem) and wanted:
             out += [(f"{kind} {m}", mem(SimpleNamespace(model=m))) for m in sorted({m for m, _ in jobs.evaluated_models()})]
@@ -209,8 +217,6 @@ def bound_local_memory(workflow, jobs, dryrun: bool) -> None:
     """On one machine, the sum of the running jobs' declared memory never exceeds what the machine has: where the
     user set no memory bound (--resources mem_mb=...), it is the memory available now; a job that cannot fit the
     bound is refused before any job starts (with -n: said)."""
-    from snakemake.exceptions import WorkflowError
-
     from softtokens.sizing.host import MB, machine_memory
 
     total, available = machine_memory()
@@ -232,7 +238,7 @@ def bound_local_memory(workflow, jobs, dryrun: bool) -> None:
     if problems and dryrun:
         print("softtokens: a real run would stop before its first job:\n  " + "\n  ".join(problems), file=sys.stderr)
     elif problems:
-        raise WorkflowError("softtokens: stopped before the first job:\n  " + "\n  ".join(problems))
+        stop("softtokens: stopped before the first job:\n  " + "\n  ".join(problems))
 
 
 # ---------------------------------------------------------------- the workflow's entry points
@@ -246,38 +252,63 @@ def workflow_jobs(config: dict):
     return GridJobs(config, resolve_rl=resolve_memory, host_mb=HostPlan(config, config["grid"]).mb)
 
 
+def stop(message: str) -> None:
+    """End the workflow before it plans a job: the message alone on the console (a WorkflowError raised here is
+    printed with the traceback lines of the Snakefile that called us), exit status 1."""
+    print(message, file=sys.stderr)
+    raise SystemExit(1)
+
+
+def no_report_on_a_dry_run(workflow) -> None:
+    """`snakemake -n --report FILE --report-after-run` plans and then writes the HTML report anyway (Snakemake's CLI
+    calls the report after the dry run): a dry run writes nothing here, the report included."""
+    create = workflow.create_report
+
+    def create_unless_dry(*args, **kwargs):
+        if workflow.dryrun:
+            print("softtokens: a dry run writes nothing: the HTML report is left as it was", file=sys.stderr)
+            return None
+        return create(*args, **kwargs)
+
+    workflow.create_report = create_unless_dry
+
+
 def startup(config: dict, workflow) -> object:
     """Run when the workflow is parsed: every check above; returns the grid's jobs (run.jobs.GridJobs).
-    A problem stops Snakemake before it plans a job (WorkflowError)."""
-    from snakemake.exceptions import WorkflowError
-
+    A problem stops Snakemake before it plans a job, in its own words (stop)."""
+    from softtokens.run.config import ConfigError
     from softtokens.run.interrupted import interrupted_note
     from softtokens.run.targets import outside_grid
     from softtokens.sizing.plan import check_plan
 
     config_files = [f for f in workflow.configfiles if f not in workflow.overwrite_configfiles]
     config_files += list(workflow.overwrite_configfiles)
-    check_grid(config, config["grid"], config_files)
+    try:
+        check_grid(config, config["grid"], config_files)
+    except ConfigError as err:
+        stop(str(err))
     check_plan(config, config["grid"])   # every job's per-GPU memory against the grid's GPUs (`softtokens plan`)
     jobs = workflow_jobs(config)
+    no_report_on_a_dry_run(workflow)
     args = cli_args()
     if args is not None:
         trap = forcerun_trap(args.forcerun, RULES, args.targets)
         if trap:
-            raise WorkflowError(trap)
+            stop(trap)
         bad = outside_grid(jobs, list(args.targets or []))
         if bad:
-            raise WorkflowError(f"target(s) outside grid {config['grid']!r} (config.yaml):\n  " + "\n  ".join(bad)
-                                + "\nAdd them to the grid's training cells or evaluation to make them.")
+            stop(f"target(s) outside grid {config['grid']!r} (config.yaml):\n  " + "\n  ".join(bad)
+                 + "\nAdd them to the grid's training cells or evaluation to make them.")
         if args.executor in LOCAL_EXECUTORS:
             bound_local_memory(workflow, jobs, bool(args.dryrun or getattr(args, "lint", None)))
         if args.executor == "slurm":
-            problems = preflight(config, config["grid"], getattr(args, "slurm_status_command", None))
+            problems = preflight(config, config["grid"], getattr(args, "slurm_status_command", None),
+                                 list(args.targets or []))
             if problems and args.dryrun:
                 print("softtokens: a real run would stop before its first job:\n  " + "\n  ".join(problems),
                       file=sys.stderr)
             elif problems:
-                raise WorkflowError("softtokens: stopped before the first job:\n  " + "\n  ".join(problems))
+                stop("softtokens: stopped before the first job:\n  " + "\n  ".join(problems))
     if not locked():
         note = interrupted_note()
         if note:
@@ -288,5 +319,5 @@ def startup(config: dict, workflow) -> object:
 # the workflow's rule names (workflow/rules/*.smk), for telling a rule from a target on the command line
 RULES = {"all", "prepare_data", "prepare_benchmark", "build_toy_base", "build_packaged_base", "train",
          "select_checkpoint", "evaluate", "evaluate_loglik", "main_table", "settings_table", "ood_table",
-         "training_figure", "passk_figure", "hard_passk_figure", "entropy_figure", "reproduction_report",
+         "training_figure", "passk_figure", "hard_passk_figure", "entropy_figure", "paper_claims", "reproduction_report",
          "ablation_tables", "sweep_tables"}

@@ -239,26 +239,27 @@ def forecast_jobs(config: dict, grid_name: str, rates: Throughput = DEFAULT) -> 
     S = ev["cot_max_tokens"] + PREFILL_TOKENS + ev["answer_max_tokens"]
     for model, trained in jobs.evaluated_models():
         t = rates.scaled_to(params[model])
+        whole = 0.0   # the evaluated model's one job (evaluation.one_job_per_setting: false)
         for b in ev["benchmarks"]:
             q = _questions(grid, b)
-            seconds = {}
             for s in ev["settings"]:
                 batches, at_once = _batches(q * (ev["n_samples"] if is_sampled(s) else 1), ev["batch_size"])
-                seconds[s] = batches * S * t.decode_s(setting_mode(s), at_once)
-            if ev["one_job_per_setting"]:
-                for s, wall in seconds.items():
+                wall = batches * S * t.decode_s(setting_mode(s), at_once)
+                whole += wall
+                if ev["one_job_per_setting"]:
                     add("evaluate", paths.eval_job(s, model, trained, b), model, wall, gpus["evaluate"])
-            else:
-                add("evaluate", paths.eval_job(paths.ALL_SETTINGS, model, trained, b), model, sum(seconds.values()),
-                    gpus["evaluate"])
         for b in jobs.ood:
             q = _questions(grid, b)
             wall = q / t.loglik_rows  # the NLL pass, under every protocol
             if ev["ood_protocol"] == "generative":
                 batches, at_once = _batches(q, ev["batch_size"])
                 wall += batches * S * t.decode_s("hard", at_once)
-            add("evaluate_loglik", paths.EVAL_JOB.format(model=model, trained=trained, benchmark=b), model, wall,
-                gpus["evaluate_loglik"])
+            whole += wall
+            if ev["one_job_per_setting"]:
+                add("evaluate_loglik", paths.EVAL_JOB.format(model=model, trained=trained, benchmark=b), model, wall,
+                    gpus["evaluate_loglik"])
+        if not ev["one_job_per_setting"]:
+            add("evaluate", paths.model_eval_job(model, trained), model, whole, gpus["evaluate"])
     return pd.DataFrame(rows, columns=JOB_COLUMNS)
 
 

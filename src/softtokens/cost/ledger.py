@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.run.paths import ALL_SETTINGS, EVAL_JOB, eval_job, eval_run, job_id
+from softtokens.run.paths import EVAL_JOB, eval_job, eval_run, job_id, model_eval_job
 
 LEDGER_COLUMNS = ["job", "rule", "wall_s", "cpu_s", "max_rss_mb", "gpus", "gpu_hours", "cpu_hours"]
 
@@ -56,12 +56,12 @@ def upstream_jobs(eval_path: str | Path, keys: dict, has_toy_base: bool = True) 
     model, bench = keys["model"], keys["benchmark"]
     run = eval_run(keys)
     trained = "base" if run is None else run.trained
-    # an evaluation file is its setting's job, or the job of all its model's settings
-    # (evaluation.one_job_per_setting: false: counted whole in each of its six cells, once in a
-    # table's union); only the one with a benchmark file is counted
+    # an evaluation file is its setting's (or out-of-domain set's) job, or the job of its whole evaluated model
+    # (evaluation.one_job_per_setting: false: counted whole in each of its cells, once in a table's union); only
+    # the one with a benchmark file is counted
     job = EVAL_JOB.format(model=model, trained=trained, benchmark=bench)
-    jobs = ([job_id("evaluate_loglik", job)] if p.stem == "loglik"
-            else [job_id("evaluate", eval_job(s, model, trained, bench)) for s in (p.stem, ALL_SETTINGS)])
+    own = job_id("evaluate_loglik", job) if p.stem == "loglik" else job_id("evaluate", eval_job(p.stem, model, trained, bench))
+    jobs = [own, job_id("evaluate", model_eval_job(model, trained))]
     jobs += [job_id("prepare_data", bench), job_id("prepare_benchmark", bench)]
     if run is not None:
         jobs += [job_id("train", run.wildcards), job_id("select", run.wildcards), job_id("prepare_data", run.dataset)]

@@ -81,13 +81,21 @@ def toy_splits(train_size: int, validation_size: int, test_size: int, seed: int)
     return splits
 
 
+def worked_solution(a: int, b: int, forget_carry: bool = False, total: int | None = None) -> str:
+    """The column work of toy_cot after "a + b:", ending in its sum (``total``: another sum written instead)."""
+    steps, written = _columns(a, b, forget_carry)
+    return " ".join(steps) + f" Sum: {written if total is None else total}."
+
+
 def toy_choice_rows(size: int, seed: int) -> list[dict]:
-    """Synthetic multiple-choice rows for the toy grid's out-of-domain stage (which stands in for
-    HellaSwag / ARC / MMLU on a laptop): a toy word problem with four candidate totals (the right
-    sum, the sum with the carry dropped, 10 off and 1 off; others where those coincide). The
-    generative protocol asks the question with lettered options (softtokens.ood); the NLL scores
-    the right total after the reference CoT up to "Sum:", where the toy model writes it. It probes
-    the column sums and carries the base was supervised on, a skill RL on whole answers can erode."""
+    """Synthetic multiple-choice rows for the toy grid's out-of-domain stage (which stands in for HellaSwag / ARC /
+    MMLU on a laptop): a toy word problem and four worked solutions after "a + b:", of which one is right: the
+    column sums with their carries and the true total; the slip of dropping the carries (the toy base was supervised
+    on it in a share of its CoTs: model.toy); the right columns with a total 10 or 1 off. The model judges whole
+    written solutions rather than writing one: a format it was never trained on, probing the carries it learned.
+    The base prefers the slip where a carry happens, so it stands well below ceiling (the earlier design, which gave
+    the columns and asked for the total, was read off the context: every model scored 100 %, the OOD table said
+    nothing). The NLL is the right solution's, per token."""
     rng = random.Random(seed)
     rows, seen = [], set()
     while len(rows) < size:
@@ -97,13 +105,15 @@ def toy_choice_rows(size: int, seed: int) -> list[dict]:
             continue
         seen.add(q)
         right = a + b
-        choices = [right]
-        for wrong in (toy_sum(a, b, True), right + 10, right - 1, right + 1, right - 10, right + 2):
-            if wrong not in choices and wrong >= 0 and len(choices) < 4:
-                choices.append(wrong)
-        rng.shuffle(choices)
-        cot = problem["cot"]
+        choices = [worked_solution(a, b)]
+        if toy_sum(a, b, True) != right:
+            choices.append(worked_solution(a, b, forget_carry=True))
+        for off in (10, -1, 1, -10, 2):
+            if len(choices) < 4 and right + off >= 0:
+                choices.append(worked_solution(a, b, total=right + off))
+        order = list(range(len(choices)))
+        rng.shuffle(order)
         rows.append({"id": f"toychoice-test-{len(rows):05d}", "question": q,
-                     "context": format_prompt(q) + cot[: cot.index("Sum:") + len("Sum:")],
-                     "choices": [str(c) for c in choices], "label": choices.index(right)})
+                     "context": format_prompt(q) + f"{a} + {b}:",
+                     "choices": [choices[i] for i in order], "label": order.index(0)})
     return rows

@@ -112,10 +112,11 @@ def generate_answers(engine, rows: list[dict], cot_max_tokens: int, answer_max_t
 
 
 def evaluate_ood(model_path: str, rows: list[dict], protocol: str, cot_max_tokens: int, answer_max_tokens: int,
-                 batch_size: int, loglik_batch_size: int, dtype: str, threads: int = 1) -> dict:
+                 batch_size: int, loglik_batch_size: int, dtype: str, threads: int = 1, loaded=None) -> dict:
     """One model on one multiple-choice benchmark: the protocol's accuracy, the NLL of the gold
     option (both protocols), and the cloze accuracies for reference; per question, what was asked
-    (the prompt's hash; the first three prompts whole) and answered."""
+    (the prompt's hash; the first three prompts whole) and answered. ``loaded``: (model, tokenizer) already
+    loaded from ``model_path`` by the job (one evaluated model's every file in one process: commands.evaluate)."""
     import torch
 
     from softtokens.engine.cot import CotEngine
@@ -130,8 +131,11 @@ def evaluate_ood(model_path: str, rows: list[dict], protocol: str, cot_max_token
 
     check_protocol(protocol)
     torch.set_num_threads(threads)
-    tokenizer = load_tokenizer(model_path)
-    model = load_model(model_path, dtype, pick_device(), defer_check=True).eval()   # hashed beside the scoring
+    if loaded is not None:
+        model, tokenizer = loaded
+    else:
+        tokenizer = load_tokenizer(model_path)
+        model = load_model(model_path, dtype, pick_device(), defer_check=True).eval()   # hashed beside the scoring
     start = time.time()
     scored = score_rows(model, tokenizer, rows, loglik_batch_size)
     cloze = summarise(scored)

@@ -109,11 +109,13 @@ def checkpoint_problem(checkpoint: str | Path, content: bool = False) -> str | N
     """Why a saved checkpoint directory cannot be used (None if it can): its state file is missing or
     unreadable, a file it lists is missing or has another size, or (``content``) other bytes than its
     sha256 says."""
+    from softtokens.model.data_only import data_only_problem
+
     checkpoint = Path(checkpoint)
     state, problem = _state_or_problem(checkpoint)
     if problem:
         return problem
-    problem = size_problem(checkpoint, state)
+    problem = size_problem(checkpoint, state) or data_only_problem(checkpoint)   # data only: before any byte is read
     if problem or not content:
         return problem
     named = [(n, _expected(e)[1]) for n, e in state.files.items() if _expected(e)[1]]
@@ -162,17 +164,23 @@ class ContentCheck:
     def __init__(self, checkpoint: str | Path, content: bool = True):
         """``content`` False: the manifest and the sizes only (its bytes were hashed just before)."""
         self.checkpoint = Path(checkpoint)
+        from softtokens.model.data_only import data_only_problem
+
         state, self._problem = _state_or_problem(self.checkpoint)
         self._pool: ThreadPoolExecutor | None = None
         self._futures: dict[str, tuple[str, Future]] = {}
         if self._problem is None:
-            self._problem = size_problem(self.checkpoint, state)
+            self._problem = size_problem(self.checkpoint, state) or data_only_problem(self.checkpoint)
         if self._problem is None and content:
             named = {n: _expected(e)[1] for n, e in state.files.items() if _expected(e)[1]}
             if named:
                 self._pool = ThreadPoolExecutor(max_workers=min(len(named), os.cpu_count() or 1))
                 self._futures = {n: (want, self._pool.submit(sha256_file, self.checkpoint / n))
                                  for n, want in named.items()}
+
+    def early_problem(self) -> str | None:
+        """What is wrong before any byte is hashed: the manifest, a file's size, a file that is not data-only."""
+        return self._problem
 
     def problem(self) -> str | None:
         if self._problem is None:

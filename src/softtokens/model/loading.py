@@ -39,8 +39,11 @@ def load_model(name_or_path: str | Path, dtype: str = "float32", device: str | t
     from transformers import AutoModelForCausalLM
 
     check = ContentCheck(name_or_path, content=not verified) if TrainerState.exists(name_or_path) else None
+    if check is not None and check.early_problem():   # a missing, resized or non-data file: refused before it is opened
+        _refuse_damaged(check)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=DTYPES[dtype])
+        # weights from safetensors only: a base model's pickled weights (pytorch_model.bin) are never unpickled
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=DTYPES[dtype], use_safetensors=True)
     except OSError as err:  # a missing or unreadable directory, an id the hub cannot serve (offline)
         _refuse_damaged(check)
         raise ModelLoadError(f"cannot load the model {str(name_or_path)!r}: {err}. A hub id needs the network or "

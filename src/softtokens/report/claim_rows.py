@@ -42,6 +42,8 @@ def robustness(c) -> str:
     if not could_be_otherwise(c):
         return BY_DESIGN
     held, tried = c.support()
+    if c.verdict not in (judging.SUPPORTED, judging.CONTRADICTED):   # "robust" says a decision holds: none here
+        return f"{held} of {tried} support"
     return f"{held} of {tried} support; " + ("robust" if c.robust else "not robust")
 
 
@@ -81,7 +83,8 @@ def glance_frame(theirs: list, ours: list, metric_ours: str | None = None) -> pd
     rows = []
     for p, o in zip(theirs, ours):
         rows.append({"claim": f"`{p.key}`", "on the paper's numbers": design_text(p),
-                     "on this grid's numbers" + (f" ({metric_ours})" if metric_ours else ""): design_text(o)})
+                     "on this grid's numbers" + (f" (pass@k read at {metric_ours})" if metric_ours else ""):
+                         design_text(o)})
     return pd.DataFrame(rows)
 
 

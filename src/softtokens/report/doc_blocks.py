@@ -174,16 +174,57 @@ def mini_forecast_block(root: Path) -> str:
             f"{jobs.gpu_hours.sum() - train:.1f}; `tests/test_forecast.py` holds it under 24).")
 
 
-def demo_time_block(root: Path) -> str:
-    """The demo's time as last measured (benchmarks/results/demo_time.json: a fresh clone, set-up included)."""
+def _hosts(root: Path, name: str) -> list[dict]:
+    """The measurements of one timing file, a host kind each (benchmarks/fresh_clone_time.py), the latest first."""
     import json
 
-    m = json.loads((root / DEMO_TIME).read_text())
-    minutes = m["seconds"] / 60
-    return (f"- `make demo` runs the `toy` grid (a 0.24M-parameter Llama and synthetic addition word problems\n"
-            f"  that the workflow makes itself) end to end, then Snakemake's HTML report: {minutes:.1f} minutes on\n"
-            f"  {m['machine']}, set-up included, when last measured ({m['date']}, {m['commit']}; dated timings: "
-            f"[docs/findings.md](docs/findings.md)).")
+    doc = json.loads((root / name).read_text())
+    return sorted(doc["hosts"].values(), key=lambda m: (m["date"], m["commit"]), reverse=True)
+
+
+def _toy_parameters(root: Path) -> str:
+    import yaml
+
+    from softtokens.sizing.plan import toy_architecture
+
+    toy = yaml.safe_load((root / "config.yaml").read_text())["grids"]["toy"]["toy_base"]
+    return f"{toy_architecture(toy).parameters / 1e6:.2g}M"
+
+
+def demo_time_block(root: Path) -> str:
+    """The demo's time as last measured on each kind of host (benchmarks/results/demo_time.json: a fresh clone,
+    set-up included), each named."""
+    lines = [f"- `make demo` runs the `toy` grid (a {_toy_parameters(root)}-parameter Llama and synthetic addition word "
+             f"problems\n  that the workflow makes itself) end to end, then Snakemake's HTML report, set-up included, "
+             f"when last measured:"]
+    lines += [f"  - {m['seconds'] / 60:.1f} minutes on {m['host']} ({m['date']}, {m['commit']})" for m in
+              _hosts(root, DEMO_TIME)]
+    return "\n".join(lines) + "\n  Dated timings and what moved them: [docs/findings.md](docs/findings.md)."
+
+
+def demo_results_block(root: Path) -> str:
+    """What the toy's tables said when the demo was last measured (demo_time.json's tables), dated and named by host:
+    a sentence about results is the results', never fixed prose that another host's floats can contradict."""
+    latest = next((m for m in _hosts(root, DEMO_TIME) if m.get("tables")), None)
+    if latest is None:
+        return "The demo's numbers have not been recorded with its timing yet (benchmarks/fresh_clone_time.py)."
+
+    def rows(table: str, columns: tuple[str, ...]) -> str:
+        out = []
+        for r in latest["tables"].get(table, []):
+            values = ", ".join(f"{c.split(' ', 1)[1] if ' ' in c else c} {r[c]}" for c in columns if c in r)
+            out.append(f"{r['training']}: {values}")
+        return "; ".join(out)
+
+    main = latest["tables"].get("main", [])
+    greedy = next((c for c in (main[0] if main else {}) if c.endswith("Greedy pass@1")), None)
+    ood = latest["tables"].get("ood", [])
+    acc = next((c for c in (ood[0] if ood else {}) if c.endswith("Accuracy")), None)
+    return (f"When last measured ({latest['date']}, {latest['commit']}, {latest['host']}), the demo's tables read "
+            f"(mean ± std over 2 seeds): greedy pass@1 on the toy's test set, {rows('main', (greedy,))}; out-of-domain "
+            f"accuracy, {rows('ood', (acc,))}. Runs marked † failed to learn (their best trained step validated below "
+            f"the base). Another host's floats give other numbers (docs/findings.md); "
+            f"`results/toy/report/reproduction.html` says what this run's numbers show.")
 
 
 DEMO_TIME = "benchmarks/results/demo_time.json"
@@ -191,16 +232,15 @@ TEST_TIME = "benchmarks/results/test_time.json"
 
 
 def test_time_block(root: Path) -> str:
-    """The suite's time as last measured, and its split by kind of test (benchmarks/results/test_time.json, written
-    by benchmarks/fresh_clone_time.py: a fresh clone, set-up included)."""
-    import json
-
-    m = json.loads((root / TEST_TIME).read_text())
-    kinds = m["kinds"]
-    split = ", ".join(f"{kind} {seconds / 60:.1f}" for kind, seconds in kinds.items())
-    return (f"- `make test` runs the suite ({m['passed']} tests, {m['skipped']} skipped) on three pytest-xdist workers:\n"
-            f"  {m['seconds'] / 60:.1f} minutes on {m['machine']}, set-up included, when last measured ({m['date']}, "
-            f"{m['commit']}). By kind, in worker-minutes\n"
+    """The suite's time as last measured on each kind of host, and its split by kind of test (the latest:
+    benchmarks/results/test_time.json, written by benchmarks/fresh_clone_time.py: a fresh clone, set-up included)."""
+    hosts = _hosts(root, TEST_TIME)
+    m = hosts[0]
+    split = ", ".join(f"{kind} {seconds / 60:.1f}" for kind, seconds in m["kinds"].items())
+    when = "; ".join(f"{h['seconds'] / 60:.1f} minutes on {h['host']} ({h['date']}, {h['commit']}, {h['passed']} "
+                     f"passed, {h['skipped']} skipped)" for h in hosts)
+    return (f"- `make test` runs the suite on three pytest-xdist workers, set-up included, when last measured: {when}.\n"
+            f"  By kind, in worker-minutes on the first\n"
             f"  (workers run side by side, so these add up to more): {split}. Unit: the package's\n"
             f"  functions, the paper's precision and FSDP on CPU (torchrun, two and four processes); DAG: a real\n"
             f"  `snakemake` on the tiny grid (end to end once, read by many tests), faults around its jobs, dry runs\n"
@@ -262,6 +302,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "degrees-of-freedom": degrees_of_freedom_block,
     "mini-forecast": mini_forecast_block,
     "demo-time": demo_time_block,
+    "demo-results": demo_results_block,
     "test-time": test_time_block,
     "specifications": specifications_block,
 }
@@ -270,7 +311,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
 FILES: dict[str, tuple[str, ...]] = {
     "docs/protocol.md": ("paper-claims", "judging-choices", "claims-budget", "degrees-of-freedom", "specifications"),
     "docs/cluster.md": ("paper-plan", "mini-forecast"),
-    "README.md": ("demo-time", "test-time"),
+    "README.md": ("demo-time", "test-time", "demo-results"),
     "docs/memory-plan.md": ("paper-memory-plan",),
     "docs/data-and-reward.md": ("datasets",),
 }

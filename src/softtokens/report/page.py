@@ -33,12 +33,20 @@ from softtokens.report.claim_rows import (
     robustness,
     words,
 )
+from softtokens.report.first_screen import (
+    cost_lines,
+    crate_link,
+    first_screen,
+    provenance_lines,
+    scope_text,
+    table_audits,
+)
 from softtokens.report.render import MISSING, to_html, to_markdown
 from softtokens.report.sweeps import sweep_blocks
 from softtokens.report.tables import main_settings, table_html
 from softtokens.run import paths
-from softtokens.run.files import write_text
-from softtokens.run.provenance import Provenance
+from softtokens.run.files import read_json, write_text
+from softtokens.run.provenance import Provenance, config_hash, git_state, read_record
 from softtokens.verdict import claims, judging, reproduction
 from softtokens.verdict.choices import MARGINS, Spec
 from softtokens.verdict.judging import passk_metric
@@ -117,8 +125,9 @@ def judging_spec(settings: dict) -> Spec:
         raise SystemExit(f"config.yaml {err}") from None
 
 
-def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
-    """Everything the page shows, as frames and claims."""
+def build(eval_paths: list[Path], bench_dir: Path, settings: dict, judged_paper: dict | None = None) -> dict:
+    """Everything the page shows, as frames and claims; ``judged_paper``: the paper's claims as the paper_claims job
+    judged them (verdict.paper_verdicts), judged here where not given."""
     spec = judging_spec(settings)
     paper = load_paper_results(settings.get("paper_results") or PAPER_RESULTS)
     seeds = our_cells.seed_rows(eval_paths)
@@ -133,18 +142,15 @@ def build(eval_paths: list[Path], bench_dir: Path, settings: dict) -> dict:
     if settings.get("config") and not jobs.empty and jobs.gpus.sum() > 0:
         predicted = forecast.forecast_jobs(settings["config"], settings["grid"])
         vs_forecast = forecast.vs_actual(predicted, jobs[jobs.gpus > 0])
-    claims_paper = claims.judge_paper_claims(paper, spec=spec)
-    from softtokens.verdict.reproducibility import paper_reproducibility
+    from softtokens.verdict.paper_verdicts import claims_from, paper_verdicts
 
-    odds = paper_reproducibility(paper, spec=spec)   # how likely each verdict is to come out again
-    for c in claims_paper:
-        c.reproducibility = odds[c.key].record() if c.key in odds else None
+    judged_paper = judged_paper or paper_verdicts(paper, spec)   # every specification, each verdict's odds
     return {"forecast": vs_forecast, "paper": paper, "seeds": seeds, "ours": ours, "comparison": comparison,
             "claims_ours": claims.judge_claims(ours, judging.entropy_rows(eval_paths), spec=spec),
-            "claims_paper": claims_paper, "spec": spec,
+            "claims_paper": claims_from(judged_paper), "spec": spec,
             "conflicts": reproduction.paper_conflicts(paper),
-            "precedence_sensitivity": claims.precedence_sensitivity(paper, claims_paper, spec),
-            "jobs": jobs, "cell_costs": cells, "table_costs": tables}
+            "precedence_sensitivity": [tuple(t) for t in judged_paper["precedence_sensitivity"]],
+            "jobs": jobs, "cell_costs": cells, "table_costs": tables, "bench_dir": bench_dir}
 
 
 # ---------------------------------------------------------------- rendering
@@ -190,6 +196,9 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
     compared = [a for a in comparison.agreement if a is not None]
     n_files = len(data["seeds"].path.unique()) if not data["seeds"].empty else 0
     blocks: list[tuple[str, object]] = [("h1", f"Reproduction report: grid `{grid}`")]
+    blocks += first_screen(data, scope_text(grid, toy, toy_parameters(settings)), passk_metric(data["ours"]),
+                           cost_lines(data["jobs"], data["forecast"], data["bench_dir"]), data.get("provenance") or [])
+    blocks.append(("h2", "The answer, in detail"))
     blocks.append(("p", answer(data)))
     blocks.append(("table", glance_frame(data["claims_paper"], data["claims_ours"], passk_metric(data["ours"]))))
     if toy:
@@ -220,9 +229,8 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
         blocks.append(("details", (f"Ours: `{c.key}` — {c.verdict} ({robustness(c)})", rows + c.evidence)))
     blocks.append(("h3", "Every choice a verdict depends on"))
     blocks.append(("table", choices_frame()))
-    reruns = rerun_text(settings)
-    if reruns:
-        blocks.append(("p", reruns))
+    if data.get("reruns"):
+        blocks.append(("p", data["reruns"]))
     blocks.append(("h3", "Readings of the protocol the paper does not state"))
     blocks.append(("table", readings_frame(settings.get("config"), grid)))
     blocks.append(("p", f"Paper numbers: {SOURCE}. Ours: {n_files} evaluation files, {len(ours)} cells, mean ± "
@@ -267,6 +275,8 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
                         + (" The toy grid runs on CPUs only: costs are CPU seconds." if not gpu else "")))
     blocks.append(("table", _cost_frame(data["table_costs"], gpu)))
     blocks.append(("h3", "Per rule"))
+    blocks.append(("p", "CPU seconds are Snakemake's samples of each job's processes: a job shorter than its first sample "
+                        "(about a second: a selection, a small table) shows 0."))
     blocks.append(("table", _rule_costs(data["jobs"])))
     blocks.append(("h3", "Forecast beside actual, per job kind"))
     if data["forecast"].empty:
@@ -308,36 +318,47 @@ LEDGER_CAPTIONS = {
 }
 
 
-def rerun_text(settings: dict) -> str | None:
-    """What `softtokens audit --rerun` found when it made this grid's evaluation files again (the last outcome of
-    each file: audit.rerun), or None where none was re-run."""
-    from softtokens.audit.rerun import RERUNS
-    from softtokens.run.files import read_jsonl
+def rerun_text(log: Path | None) -> str | None:
+    """What `softtokens audit --rerun` found when it made this grid's evaluation files again: the last outcome of
+    each file that still holds (its line's hash, and the file unchanged since: audit.rerun.holding_outcomes), and
+    what was set aside; None where nothing was re-run."""
+    from softtokens.audit.rerun import holding_outcomes
 
-    grid = (settings.get("config") or {}).get("grids", {}).get(settings.get("grid"), {})
-    log = Path(grid.get("results", "")) / RERUNS
-    if not grid or not log.is_file():
+    if log is None or not Path(log).is_file():
         return None
-    last = {o["file"]: o for o in read_jsonl(log, while_written=True)}
+    last, set_aside = holding_outcomes(Path(log))
     differ = [f for f, o in last.items() if not o["equal"]]
-    return (f"Re-execution (`softtokens audit --rerun`): {len(last)} evaluation file(s) made again from their "
-            f"checkpoints and test sets, " + ("all equal to the files, bit for bit." if not differ else
-                                              f"{len(differ)} differ: {', '.join(differ[:5])}."))
+    said = (f"Re-execution (`softtokens audit --rerun`, its log {Path(log).name} recorded by its sha256 in this "
+            f"report's record): {len(last)} evaluation file(s) as they are now made again from their checkpoints and "
+            f"test sets, " + ("all equal to the files, bit for bit." if last and not differ else
+                              "none that still holds." if not last else
+                              f"{len(differ)} differ: {', '.join(differ[:5])}."))
+    return said + "".join(f" {s_}." for s_ in set_aside)
 
 
 def write_report(eval_paths: list[Path], bench_dir: Path, out_dir: Path, settings: dict,
-                 sweeps: Path | None = None) -> dict:
+                 sweeps: Path | None = None, reruns: Path | None = None, paper_claims: Path | None = None,
+                 tables: list[Path] | None = None) -> dict:
     """reproduction.{md,html}, cells.csv and the ledger CSVs, each with a provenance sidecar; with ``sweeps``
-    (report.sweeps' summary) the hyperparameter search's section shows its selections."""
-    data = build(eval_paths, bench_dir, settings)
-    data["sweeps"] = json.loads(sweeps.read_text()) if sweeps is not None else None
+    (report.sweeps' summary) the hyperparameter search's section shows its selections; with ``reruns`` (the log of
+    `softtokens audit --rerun`, a leaf by its hash) what re-execution found; with ``paper_claims`` the paper's claims
+    as the paper_claims job judged them (verdict.paper_verdicts)."""
+    data = build(eval_paths, bench_dir, settings, read_json(paper_claims) if paper_claims is not None else None)
+    data["sweeps"] = read_json(sweeps) if sweeps is not None else None
+    data["reruns"] = rerun_text(reruns)
+    data["provenance"] = provenance_lines(git_state(), [read_record(p) or {} for p in eval_paths],
+                                          config_hash(settings.get("config")), table_audits(tables or [], out_dir),
+                                          data["reruns"], crate_link(out_dir))
     blocks = sections(data, settings)
     paper = settings.get("paper_results")   # a CSV of the user's is a leaf; the shipped one is versioned with the code
     prov = Provenance("report", settings, inputs={**{p.as_posix(): p for p in eval_paths},
                                                    **({} if paper else {"paper_results": PAPER_RESULTS}),
-                                                   **({"sweeps": sweeps} if sweeps is not None else {})})
+                                                   **({"sweeps": sweeps} if sweeps is not None else {}),
+                                                   **({"paper_claims": paper_claims} if paper_claims else {})})
     if paper:
         prov.add_local_leaf("paper_results", paper)
+    if reruns is not None:
+        prov.add_local_leaf("reruns", reruns)
     outputs = {
         "reproduction.md": to_markdown(blocks),
         "reproduction.html": to_html(blocks, f"softtokens reproduction report ({settings.get('grid')})"),

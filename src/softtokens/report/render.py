@@ -30,6 +30,8 @@ def to_markdown(blocks) -> str:
                        + "\n\n</details>")
         elif kind == "table":
             out.append(content.to_markdown(index=False) if not content.empty else "(none)")
+        elif kind == "columns":   # side by side in HTML; one after the other here
+            out.append("\n\n".join(f"### {title}\n\n" + "\n".join(f"- {x}" for x in items) for title, items in content))
     return "\n\n".join(out) + "\n"
 
 
@@ -38,7 +40,9 @@ table{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.5em}th,td{border:
 text-align:left;vertical-align:top}th{background:#f0f0f0}td.v-supported{background:#d9f2d9}
 td.v-not-yet-measured{background:#eee;color:#666}td.missing{color:#999}
 td.v-not-judged{background:#eee;color:#666}td.v-undecided{background:#fff3cd}td.v-contradicted{background:#f8d7d7}details{margin:0.3em 0}summary{cursor:pointer;font-size:14px}
-code{background:#f4f4f4;padding:0 3px}li{font-size:13px}"""
+code{background:#f4f4f4;padding:0 3px}li{font-size:13px}h1{margin:0.4em 0;font-size:26px}h2{margin:0.6em 0 0.3em}
+div.columns{display:flex;gap:2em}div.columns>div{flex:1}div.columns h3{margin:0.2em 0}div.columns ul{margin:0.2em 0;
+padding-left:1.2em}p{margin:0.4em 0}"""
 
 
 VERDICT_CSS = {judging.CONTRADICTED: "v-contradicted", judging.NOT_MEASURED: "v-not-yet-measured",
@@ -54,9 +58,10 @@ def _html_table(df: pd.DataFrame) -> str:
         cells = []
         for v in r.values:
             text = str(v)
-            verdict = next((css for k, css in VERDICT_CSS.items() if text.startswith(k)), None)
+            plain = text.lstrip("*")   # a verdict in bold is still that verdict
+            verdict = next((css for k, css in VERDICT_CSS.items() if plain.startswith(k)), None)
             cls = f' class="{verdict}"' if verdict else (' class="missing"' if text == MISSING else "")
-            cells.append(f"<td{cls}>{html.escape(text)}</td>")
+            cells.append(f"<td{cls}>{_inline(text)}</td>")   # the cell's markup drawn, never shown as ** or `
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
@@ -65,6 +70,7 @@ def _inline(text: str) -> str:
     import re
 
     t = html.escape(text)
+    t = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', t)   # [text](link)
     t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
     t = re.sub(r"(?<![*\w])\*(?!\s)([^*]+?)\*(?![*\w])", r"<i>\1</i>", t)
     return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
@@ -85,5 +91,9 @@ def to_html(blocks, title: str) -> str:
                         + "".join(f"<li>{_inline(x)}</li>" for x in items) + "</ul></details>")
         elif kind == "table":
             body.append(_html_table(content))
+        elif kind == "columns":
+            body.append("<div class='columns'>" + "".join(
+                f"<div><h3>{_inline(title)}</h3><ul>" + "".join(f"<li>{_inline(x)}</li>" for x in items) + "</ul></div>"
+                for title, items in content) + "</div>")
     return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -174,7 +174,7 @@ def write_sweeps(settings: dict, tables_dir: Path, figures_dir: Path, summary_pa
                             f"model ({COMBINED}) the mean of its train sets' means",
                "paper": PAPER_SEARCH["where"], "runs": len(runs),
                "not_yet_run": int(frame.val_greedy_accuracy.isna().sum())}
-    write_json(summary_path, prov.embedded(summary))
+    write_json(summary_path, prov.embedded(summary, summary_path))
     return summary
 
 

@@ -16,7 +16,7 @@ from softtokens.cells.results import load_eval_frame, load_loglik_frame, main_ce
 from softtokens.run import paths
 from softtokens.run.files import write_text
 from softtokens.run.names import TABLE_MODES, is_sampled, setting_decoding, setting_label, settings_of, table_settings
-from softtokens.run.provenance import Provenance
+from softtokens.run.provenance import Provenance, rel
 
 # rows: the base model ('none'), then the trainings in the paper's order
 MODE_ORDER = ["none", *TABLE_MODES]
@@ -123,7 +123,7 @@ def _wide(df: pd.DataFrame, cols: dict, by_benchmark: bool = True, digits: int =
             rec["_seeds"] = int(r["count"])
             rows = sub[(sub[keys + ["benchmark"]] == pd.Series({k: r[k] for k in keys + ["benchmark"]})).all(axis=1)]
             cells[(_row_label(r), col)] = {"value": rec[col], "setting": setting, "metric": metric,
-                                           "digits": digits, "evals": sorted(rows["path"])}
+                                           "digits": digits, "evals": sorted(rel(p) for p in rows["path"])}
     table = _order(pd.DataFrame(records.values()))
     below = set(map(tuple, df.loc[df.failed_to_learn, keys].drop_duplicates().itertuples(index=False)))
     table.insert(1, "training", table.apply(

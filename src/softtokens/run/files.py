@@ -164,6 +164,40 @@ class JsonlError(ValueError):
     """A line of a JSONL file that is not JSON; the message names the file and the line."""
 
 
+class MalformedFile(ValueError):
+    """A result file that cannot be read as what it should be (empty, cut short, binary bytes, another type):
+    one line naming the file and what is wrong. Commands print it without a traceback (cli.main), the audit
+    reports it as a problem of that file."""
+
+
+def read_json(path: str | os.PathLike, kind: type = dict) -> Any:
+    """A JSON document of type ``kind`` (a dict by default), or MalformedFile naming the file and the fault.
+    Why one reader: a truncated evaluation file gave a JSONDecodeError traceback in the audit and 300 random bytes
+    in a selected.json a UnicodeDecodeError in an evaluation job, neither naming the file."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except IsADirectoryError:
+        raise MalformedFile(f"{path}: a directory, not a JSON file") from None
+    except FileNotFoundError:
+        raise MalformedFile(f"{path}: no such file") from None
+    if not raw.strip():
+        raise MalformedFile(f"{path}: empty ({len(raw)} bytes), not a JSON document (cut short or never written)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise MalformedFile(f"{path}: binary bytes, not JSON text (byte {err.start} is 0x{raw[err.start]:02x})") \
+            from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        cut = " (cut short?)" if err.pos >= len(text.rstrip()) - 1 else ""
+        raise MalformedFile(f"{path}:{err.lineno}: not valid JSON ({err.msg} at column {err.colno}){cut}") from None
+    if not isinstance(obj, kind):
+        raise MalformedFile(f"{path}: a JSON {type(obj).__name__}, not the {kind.__name__} it should hold")
+    return obj
+
+
 def _parse(path: Path, number: int, line: str) -> dict:
     try:
         return json.loads(line)

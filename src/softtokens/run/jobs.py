@@ -169,6 +169,11 @@ class GridJobs(GridTargets):
         return dumps({"grid": self.name, "toy": "toy_base" in self.grid, "gpus": self.ledger_gpus(),
                       "config": self.config, **self.paper_results()})
 
+    def paper_claims_settings(self) -> str:
+        """The paper_claims job's settings: what judging the paper's numbers reads of the config (its judging block,
+        a numbers file of the user's)."""
+        return dumps({"judging": self.config.get("judging") or {}, **self.paper_results()})
+
     def paper_results(self) -> dict:
         """The paper-numbers file the config names instead of the shipped one ({} for the shipped)."""
         return {"paper_results": self.config["paper_results"]} if self.config.get("paper_results") else {}
@@ -182,6 +187,36 @@ class GridJobs(GridTargets):
         if trained == "base":
             return f"--model {self.model_source(model)}"
         return f"--selected {self.eval_model_input(model, trained)[0]}"
+
+    # ------------------------------------------------------------ one job per evaluated model (a CPU grid)
+    @property
+    def per_model_eval(self) -> bool:
+        """Whether one evaluate job makes an evaluated model's every file (evaluation.one_job_per_setting: false)."""
+        return not self.eval["one_job_per_setting"]
+
+    def model_eval_outputs(self, model: str = "{model}", trained: str = "{trained}") -> list[str]:
+        """The files of one evaluated model's job: every setting on every benchmark, then every out-of-domain set."""
+        return [*(paths.eval_path(self.results, model, trained, b, s) for b in self.eval["benchmarks"]
+                  for s in self.eval["settings"]),
+                *(paths.loglik_path(self.results, model, trained, b) for b in self.ood)]
+
+    def model_eval_data(self) -> list[str]:
+        """The test sets one evaluated model's job reads (every benchmark's, then every out-of-domain set's)."""
+        return [paths.data_path(self.results, b, "test") for b in (*self.eval["benchmarks"], *self.ood)]
+
+    def model_eval_plan(self, model: str, trained: str) -> str:
+        """What one evaluated model's job writes, from which test set (commands.evaluate's evaluate-model)."""
+        math = [{"benchmark": b, "data": paths.data_path(self.results, b, "test"), "settings": list(self.eval["settings"]),
+                 "out": [paths.eval_path(self.results, model, trained, b, s) for s in self.eval["settings"]]}
+                for b in self.eval["benchmarks"]]
+        ood = [{"benchmark": b, "data": paths.data_path(self.results, b, "test"),
+                "out": paths.loglik_path(self.results, model, trained, b)} for b in self.ood]
+        return dumps({"math": math, "ood": ood})
+
+    def model_eval_expect(self, model: str, trained: str) -> str:
+        base = self._base_expect(model) if trained == "base" else []
+        return expect_args([e for b in (*self.eval["benchmarks"], *self.ood) for e in self._data_expect(b, ("test",))]
+                           + base)
 
     # ------------------------------------------------------------ provenance expectations
     def _data_expect(self, dataset: str, splits: tuple[str, ...]) -> list[tuple[str, dict]]:

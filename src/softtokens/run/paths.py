@@ -191,6 +191,8 @@ REPORT_FILES = ("reproduction.md", "reproduction.html", "cells.csv", "ledger.csv
                 "ledger.html", "ledger_tables.html")  # html: the ledgers as `snakemake --report` shows them
 
 
+PAPER_CLAIMS = "paper_claims.json"   # report/: the paper's claims judged on its own numbers (a job of its own)
+
 SETTINGS_TABLE_PREFIX = "settings_"
 
 
@@ -242,6 +244,13 @@ def report_path(results: str, name: str) -> str:
     return f"{results}/report/{name}"
 
 
+RERUNS = "audit/reruns.jsonl"   # under a grid's results: every `softtokens audit --rerun` outcome (audit.rerun)
+
+
+def reruns_path(results: str) -> str:
+    return f"{results}/{RERUNS}"
+
+
 def cells_path(table: str | Path) -> Path:
     """The cells file beside a table (any of its formats)."""
     table = Path(table)
@@ -251,12 +260,17 @@ def cells_path(table: str | Path) -> Path:
 # a job's name in its log and benchmark paths (the ledger reads the costs back by these names)
 RUN_JOB = "{model}/{dataset}/{arm}/seed{seed}"
 EVAL_JOB = "{model}/{trained}/{benchmark}"
-ALL_SETTINGS = "all_settings"  # the evaluate job that writes every setting's file of a model
+MODEL_EVAL_JOB = "{model}/{trained}"   # the evaluate job of a whole evaluated model (evaluation.one_job_per_setting: false)
 
 
 def eval_job(setting: str, model: str = "{model}", trained: str = "{trained}", benchmark: str = "{benchmark}") -> str:
-    """An evaluate job: one setting's, or ALL_SETTINGS (a pattern by default)."""
+    """An evaluate job of one setting (a pattern by default)."""
     return f"{EVAL_JOB.format(model=model, trained=trained, benchmark=benchmark)}/{setting}"
+
+
+def model_eval_job(model: str = "{model}", trained: str = "{trained}") -> str:
+    """The job that evaluates one model (base or trained run) on every benchmark, setting and out-of-domain set."""
+    return MODEL_EVAL_JOB.format(model=model, trained=trained)
 
 
 def job_id(rule: str, job: str) -> str:

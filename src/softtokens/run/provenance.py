@@ -33,7 +33,7 @@ def config_hash(config: Any) -> str:
 
 
 # ---------------------------------------------------------------- the record
-def _git_state() -> dict:
+def git_state() -> dict:
     root = Path(__file__).resolve().parents[3]  # the checkout: src/softtokens/run/provenance.py
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
@@ -67,7 +67,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _device() -> dict:
+def device() -> dict:
     """What ran the job. On a CPU, torch's kernel capability (e.g. AVX2, AVX512) is recorded too:
     the same seed gives the same numbers on one kind of host, not across vector instruction sets.
     A job that never imported torch (data, selection, tables, figures, the report) computed nothing
@@ -79,12 +79,18 @@ def _device() -> dict:
     return {"kind": "cpu", "name": _cpu_model(), "count": os.cpu_count(), "torch_cpu_capability": capability}
 
 
-def _rel(path: str | os.PathLike) -> str:
-    p = Path(path).resolve()
+def rel(path: str | os.PathLike) -> str:
+    """How a record writes a path: relative to the job's working directory (the workflow's root, where the
+    results tree starts) when under it, else absolute. Readers resolve it from the record's own root
+    (record_root), never from their own working directory."""
+    p = Path(os.path.abspath(path))   # as named, not through its symlinks: a linked results/ stays relative
     try:
-        return p.relative_to(Path.cwd().resolve()).as_posix()
+        return p.relative_to(os.getcwd()).as_posix()
     except ValueError:
         return p.as_posix()
+
+
+_rel = rel
 
 
 class Provenance:
@@ -151,7 +157,7 @@ class Provenance:
         rec = {
             "stage": self.stage,
             "softtokens_version": __version__,
-            **_git_state(),
+            **git_state(),
             "config": self.config,
             "config_hash": config_hash(self.config),
             "params_hash": self.params_hash,
@@ -160,7 +166,8 @@ class Provenance:
             "external_inputs": self.external,
             "seeds": self.seeds,
             "libraries": _library_versions(),
-            "device": _device(),
+            "device": device(),
+            "workdir": os.getcwd(),
             "host": socket.gethostname(),
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "started": self.started,
@@ -177,14 +184,16 @@ class Provenance:
         job's whole output set (``outputs``: a table's md, tex, csv, html and cells.json), so that
         the audit of any one of them misses none."""
         rec = self.record(extra)
-        rec["output"] = {"path": _rel(result_path), "sha256": sha256 or sha256_path(result_path)}
+        rec["output"] = {"path": rel(result_path), "sha256": sha256 or sha256_path(result_path)}
         if outputs:
             rec["outputs"] = [_rel(o) for o in outputs]
         write_json(record_path(result_path), rec)
 
-    def embedded(self, result: dict, extra: dict | None = None) -> dict:
-        """``result`` with this record embedded, and the document's own hash in it (embed)."""
-        return embed(result, self.record(extra))
+    def embedded(self, result: dict, path: str | os.PathLike, extra: dict | None = None) -> dict:
+        """``result`` with this record embedded, and the document's own hash in it (embed); ``path``: where it
+        is written (the record says where, so that a reader finds the record's root from the file: record_root,
+        and a file copied over another is told by its place)."""
+        return embed(result, {**self.record(extra), OWN_PATH: rel(path)})
 
 
 def hashed_inputs(inputs: dict[str, str | os.PathLike | None]) -> dict[str, dict]:
@@ -217,6 +226,7 @@ def made_by_workflow(path: str | os.PathLike) -> bool:
 
 
 CONTENT_HASH = "content_sha256"   # in an embedded record: the sha256 of the document without this field
+OWN_PATH = "path"                  # in an embedded record: where its job wrote the document (rel)
 
 
 def content_sha256(document: dict) -> str:
@@ -316,3 +326,51 @@ def read_record(path: str | os.PathLike) -> dict | None:
     if not isinstance(obj, dict):
         return None
     return obj.get("provenance") if where == Path(path) else obj
+
+
+# ---------------------------------------------------------------- reading a record's paths
+def own_path(rec: dict) -> str | None:
+    """Where the record says its job wrote the file it describes (an embedded record's OWN_PATH, a sidecar's or a
+    directory's ``output.path``); None in records written before they said so."""
+    return rec.get(OWN_PATH) if isinstance(rec.get(OWN_PATH), str) else (rec.get("output") or {}).get("path")
+
+
+def record_root(path: str | os.PathLike, rec: dict) -> Path | None:
+    """The directory the paths of ``path``'s record are relative to, found from the file itself: its location less
+    the path its job wrote it as (so a tree copied or moved elsewhere, or audited from another directory, reads
+    the same). None where the file is not where its record says it was written (moved inside the tree, or copied
+    over another file: placement_problem names it). Records written before they named their own path: the
+    reader's working directory, as they were read then."""
+    here = Path(os.path.abspath(path))
+    own = own_path(rec)
+    if not own:
+        return Path.cwd()
+    own_p = Path(own)
+    if own_p.is_absolute():
+        workdir = rec.get("workdir")
+        if here == own_p:
+            return Path(workdir) if workdir else Path.cwd()
+        if not workdir or not own_p.is_relative_to(workdir):
+            return None
+        own_p = own_p.relative_to(workdir)
+    parts = own_p.parts
+    if len(here.parts) <= len(parts) or here.parts[-len(parts):] != parts:
+        return None
+    return Path(*here.parts[: -len(parts)])
+
+
+def placement_problem(path: str | os.PathLike, rec: dict) -> str | None:
+    """A file that is not where its job wrote it: copied over another result (a seed's file over another's, one
+    setting's over another's) or moved inside the tree. None where it is in place (or its record is too old to say)."""
+    if record_root(path, rec) is not None:
+        return None
+    return (f"NOT WHERE IT WAS WRITTEN {path}: its record says its job wrote it as {own_path(rec)} (a copy of "
+            "another result, or a file moved inside the tree)")
+
+
+def at_root(root: Path | None, recorded: str | os.PathLike) -> Path:
+    """A path a record holds, as it is on this machine now: relative ones from the record's root (record_root)."""
+    p = Path(recorded)
+    if p.is_absolute() or root is None or os.path.abspath(root) == os.getcwd():
+        return p   # read from the root itself: as recorded (and as every message names it)
+    return root / p

@@ -168,6 +168,12 @@ class SweepTargets:
         runs = sorted({Run(r.model, r.dataset, r.mode, r.variant, r.seed) for r in self.sweep_runs})
         return [self.run_file(r, name) for r in runs]
 
+    def reruns_present(self) -> list[str]:
+        """The log of `softtokens audit --rerun` (audit.rerun.RERUNS) where there is one: the report says what
+        re-execution found and records the log's hash (a line added after the report changes the report's leaf)."""
+        path = paths.reruns_path(self.results)
+        return [path] if os.path.exists(path) else []
+
     def sweep_summary_present(self) -> list[str]:
         """The report's sweep section: this grid's summary (a target), else one a grid sharing these results
         made (the sweeps grid's, beside the paper grid's): read when it exists, never planned."""

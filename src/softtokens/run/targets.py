@@ -290,3 +290,44 @@ def _nearest(run: Run, runs: set) -> str:
     close = difflib.get_close_matches(f"{run.model}/{run.dataset}", names, n=1, cutoff=0.5)
     return (f"{run.model}/{run.dataset} is not a training cell of the grid ("
             + (f"did you mean {close[0]!r}? " if close else "") + f"cells: {', '.join(names)})")
+
+
+def target_needs(jobs: "GridTargets", targets) -> tuple[set[str], set[str]] | None:
+    """(datasets, models) the jobs behind ``targets`` read, so that a cluster's pre-flight names only what a cell
+    needs (one llama-3b cell once listed every dataset and model of the paper grid). None: everything (no target,
+    the report, or a target this layout does not parse)."""
+    if not targets:
+        return None
+    datasets, models = set(), set()
+
+    def of_file(text: str) -> bool:
+        rest = text[len(jobs.results) + 1:].split("/") if text.startswith(f"{jobs.results}/") else []
+        if len(rest) >= 3 and rest[0] == "data":
+            datasets.add(rest[1])
+        elif len(rest) >= 2 and rest[0] == "models":
+            models.add(rest[1])
+        elif len(rest) >= 5 and rest[0] == "runs":
+            k = paths.parse_run_path("/".join(rest[:5]) + "/x")
+            datasets.add(k["train_dataset"])
+            models.add(k["model"])
+        elif len(rest) >= 5 and rest[0] == "eval":
+            k = paths.parse_eval_path(text)
+            run = paths.eval_run(k)
+            datasets.update({k["benchmark"], *([run.dataset] if run else [])})
+            models.add(k["model"])
+        elif len(rest) == 2 and rest[0] in ("tables", "figures"):
+            name = rest[1].split(".")[0]
+            try:
+                files = jobs.table_inputs(name) if rest[0] == "tables" else [
+                    f for kind in jobs.figure_inputs(name).values() for f in kind]
+            except KeyError:
+                return False
+            return all(of_file(f) for f in files) if files else False
+        else:
+            return False
+        return True
+
+    try:
+        return (datasets, models) if all(of_file(str(t)) for t in targets) else None
+    except (ValueError, IndexError):
+        return None

@@ -148,6 +148,8 @@ class HostPlan:
         """The mem_mb a job of ``kind`` declares, from its wildcards (model, dataset, arm)."""
         if kind == "train":
             return declared_mb(self.train_job_bytes(wildcards.model, wildcards.dataset, wildcards.arm))
+        if kind == "evaluate" and not self.eval["one_job_per_setting"]:   # one job: both phases, one after another
+            return declared_mb(max(self.evaluate(wildcards.model)["peak"], self.loglik(wildcards.model)["peak"]))
         peak = (self.evaluate if kind == "evaluate" else self.loglik)(wildcards.model)["peak"]
         return declared_mb(peak)
 

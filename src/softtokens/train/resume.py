@@ -32,18 +32,18 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
 
 from softtokens.model.checkpoint import TrainerState, checkpoint_problem
 from softtokens.run.files import (
     atomic_dir,
     cut_partial_tail,
     fsync_path,
+    read_json,
     read_jsonl,
     write_jsonl,
 )
 from softtokens.run.paths import ATTEMPTS, TENSORBOARD
-from softtokens.train.saving import SaveWriter, agree_on_failure
+from softtokens.train.saving import SCHEDULER, SaveWriter, agree_on_failure
 from softtokens.train.sharding import load_optimizer
 
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1")  # SLURM's time-limit warning, a preemption, scancel
@@ -199,7 +199,7 @@ class ResumeStore:
 
     def load_optimizer(self, policy, opt, sched) -> None:
         load_optimizer(policy, opt, self.latest / "optimizer")
-        sched.load_state_dict(torch.load(self.latest / "scheduler.pt", weights_only=True))
+        sched.load_state_dict(read_json(self.latest / SCHEDULER))
 
     @property
     def tensorboard(self) -> Path:
@@ -221,8 +221,8 @@ class ResumeStore:
             shutil.move(str(self.best_of(state)), str(tmp / "best"))
             shutil.move(str(self.latest), str(tmp / "latest"))
             shutil.rmtree(tmp / "latest" / "optimizer", ignore_errors=True)  # resume state only
-            (tmp / "latest" / "scheduler.pt").unlink(missing_ok=True)
-            state.drop_files(tmp / "latest", "optimizer", "scheduler.pt")
+            (tmp / "latest" / SCHEDULER).unlink(missing_ok=True)
+            state.drop_files(tmp / "latest", "optimizer", SCHEDULER)
         write_jsonl(metrics_path, metrics)
         shutil.rmtree(self.dir)
 

@@ -7,22 +7,21 @@ that leaves the complete saves as they were; the order is tested point by point 
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-import torch
-
 from softtokens.model.checkpoint import TrainerState
-from softtokens.run.files import fsync_path, fsync_tree
+from softtokens.run.files import fsync_path, fsync_tree, write_json
 from softtokens.train.sharding import (
     checkpoint_shell,
     save_optimizer_async,
     staged_weights,
     write_pretrained,
 )
+
+SCHEDULER = "scheduler.json"   # the learning-rate schedule's state, as JSON (a resume state holds data only)
 
 
 class SaveWriter:
@@ -60,8 +59,8 @@ class SaveWriter:
             self._submit(state.step, optimizer.result if optimizer is not None else (lambda: None))
             return
         tokenizer.save_pretrained(tmp)
-        if sched is not None:
-            torch.save(copy.deepcopy(sched.state_dict()), tmp / "scheduler.pt")
+        if sched is not None:   # JSON: a resume state holds data only (model.data_only)
+            write_json(tmp / SCHEDULER, sched.state_dict())
         weights = self._staged[1]
         self._shell = shell = self._shell or checkpoint_shell(policy)
 

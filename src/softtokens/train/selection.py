@@ -6,7 +6,6 @@ training row. Whether the selected checkpoint beat the base is recorded beside t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 # A run whose best trained step answers no validation question right has learned nothing usable,
@@ -52,7 +51,7 @@ def verify_checkpoint(checkpoint: str | Path, content: bool = False) -> None:
     from the manifest's hashes. A load checks the content as it reads (model.loading); selection reads
     every byte here, before any evaluation rests on it."""
     from softtokens.model.checkpoint import checkpoint_problem, manifest_sha256
-    from softtokens.run.files import sha256_path
+    from softtokens.run.files import MalformedFile, read_json, sha256_path
     from softtokens.run.provenance import record_path
 
     checkpoint = Path(checkpoint)
@@ -62,7 +61,10 @@ def verify_checkpoint(checkpoint: str | Path, content: bool = False) -> None:
         raise CheckpointError(f"checkpoint {checkpoint} refused: {problem}. {fix}")
     record = record_path(checkpoint)
     if record.is_file():
-        want = (json.loads(record.read_text()).get("output") or {}).get("sha256")
+        try:
+            want = (read_json(record).get("output") or {}).get("sha256")
+        except MalformedFile as err:
+            raise CheckpointError(f"checkpoint {checkpoint} refused: its record is unreadable: {err}. {fix}") from None
         got = manifest_sha256(checkpoint) or sha256_path(checkpoint)
         if want and got != want:
             raise CheckpointError(f"checkpoint {checkpoint} refused: its files are not those its training recorded "
@@ -86,7 +88,7 @@ def identity_problem(checkpoint: str | Path, run_dir: str | Path, step: int | No
     the step the run's selection chose. Returns the problem, naming the run the checkpoint is really from."""
     from softtokens.model.checkpoint import STATE_FILE, TrainerState
     from softtokens.run.paths import METRICS, SELECTED, parse_run_path
-    from softtokens.run.provenance import read_record
+    from softtokens.run.provenance import read_record, record_root
 
     checkpoint, run_dir = Path(checkpoint), Path(run_dir)
     shared = share_of(run_dir)   # a run that is another's name: the checkpoint is that run's
@@ -113,7 +115,7 @@ def identity_problem(checkpoint: str | Path, run_dir: str | Path, step: int | No
     if held != want:
         why.append(f"its state is of a {held['mode']} run, seed {held['seed']}"
                    + (f", variant {held['variant']}" if held["variant"] else ""))
-    if origin and Path(origin).resolve() != checkpoint.resolve():
+    if origin and record_root(checkpoint, ckpt_rec) is None:   # not where its training wrote it
         why.append(f"its training wrote it as {origin}")
     if run_rec and ckpt_rec and (ckpt_rec.get("config_hash"), ckpt_rec.get("started")) != (
             run_rec.get("config_hash"), run_rec.get("started")):
@@ -135,12 +137,18 @@ def share_of(run_dir: str | Path) -> Path | None:
     """The run another run's name points at (its selected.json's SHARED_WITH), None for a run of its own."""
     from softtokens.run.paths import SELECTED
 
+    from softtokens.run.files import MalformedFile, read_json
+    from softtokens.run.provenance import at_root, record_root
+
     sel = Path(run_dir) / SELECTED
     try:
-        other = json.loads(sel.read_text()).get(SHARED_WITH) if sel.is_file() else None
-    except (json.JSONDecodeError, OSError):
+        doc = read_json(sel) if sel.is_file() else {}
+    except MalformedFile:
         return None
-    return Path(other) if other else None
+    other = doc.get(SHARED_WITH)
+    if not isinstance(other, str):
+        return None
+    return at_root(record_root(sel, doc.get("provenance") or {}), other)
 
 
 def share_problem(selected: str | Path) -> str | None:

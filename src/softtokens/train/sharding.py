@@ -173,8 +173,11 @@ def load_optimizer(policy: ReplayPolicy, opt, path: Path) -> None:
         set_optimizer_state_dict,
     )
 
+    from softtokens.model.data_only import safe_planner, safe_reader
+
     state = {"optimizer": get_optimizer_state_dict(policy, opt)}  # the template: shapes and shards
-    dcp.load(state, checkpoint_id=str(path))
+    # read as data only: DCP's pickled metadata by an unpickler of its own types, entries with weights_only
+    dcp.load(state, storage_reader=safe_reader(path), planner=safe_planner())
     set_optimizer_state_dict(policy, opt, optim_state_dict=state["optimizer"])
 
 

@@ -214,6 +214,9 @@ def survival(x, df):
     """P(T > x) for Student's t with ``df`` degrees of freedom (normal where df is infinite)."""
     from scipy.special import ndtr, stdtr
 
+    if np.ndim(x) == 0 and np.ndim(df) == 0:   # one comparison (most calls): the same functions, no array round trip
+        x, df = float(x), float(df)
+        return float(ndtr(-x)) if np.isinf(df) else float(stdtr(df, -x))
     x = np.asarray(x, dtype=float)
     df = np.broadcast_to(np.asarray(df, dtype=float), x.shape)
     out = np.where(np.isinf(df), ndtr(-x), stdtr(np.where(np.isinf(df), 1.0, df), -x))
