@@ -40,10 +40,13 @@ setup: $(VENV)/.installed
 # rebuilt after every run that finishes (--report-after-run), so it never shows an older DAG
 demo: setup
 	$(BIN)/snakemake --cores $(CORES) --report results/toy/report.html --report-after-run
+	# the toy's results and everything they rest on as a Provenance Run RO-Crate (README: publish one, check one)
+	$(BIN)/softtokens crate results/toy --out results/toy/crate
 	@echo ""
-	@echo "Open results/toy/report/reproduction.html first: the paper's claims judged on the toy and on the paper's own"
-	@echo "numbers, every choice under a verdict, the cost ledger. Snakemake's report (tables inline, figures):"
-	@echo "results/toy/report.html. While a grid runs: .venv/bin/softtokens status"
+	@echo "Open results/toy/report/reproduction.html first: did the paper reproduce (every claim, the toy's verdict beside"
+	@echo "the paper's), what it cost, where the numbers came from. Snakemake's report (tables inline, figures):"
+	@echo "results/toy/report.html. The crate: results/toy/crate (softtokens audit results/toy/crate checks it anywhere)."
+	@echo "While a grid runs: .venv/bin/softtokens status"
 
 # the paper's path on a real pretrained model, offline (not part of `demo`; README): SmolLM2-135M-Instruct from
 # the pip package the set-up installs, built into a model directory by the workflow, and GSM8K rows the project

@@ -8,8 +8,8 @@ min_version("9.0")
 
 # a YAML syntax error named with its file, line and column before Snakemake reads the file (its own
 # message names neither)
-from softtokens.run.config import grid_files
-from softtokens.run.config_text import check_yaml_syntax
+from softtokens.config.grids import grid_files
+from softtokens.config.text import check_yaml_syntax
 
 check_yaml_syntax(Path(workflow.basedir) / "config.yaml")
 
@@ -49,7 +49,7 @@ include: "workflow/rules/sweep.smk"
 
 
 onstart:
-    # backups of update() outputs that a killed Snakemake left behind (softtokens.run.backups)
+    # backups of update() outputs that a killed Snakemake left behind (softtokens.workflow.backups)
     settle_update_backups(workflow)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from softtokens.run.config import PAPER_RL
+from softtokens.config.grids import PAPER_RL
 from softtokens.train import rloo
 from softtokens.train.config import TrainConfig
 from softtokens.train.loop import Trainer

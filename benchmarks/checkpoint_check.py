@@ -34,7 +34,7 @@ import torch
 def write(out: Path | None, report: dict) -> None:
     if out is None:
         return
-    from softtokens.run.files import write_json
+    from softtokens.store.files import write_json
 
     write_json(out, report)
 
@@ -73,7 +73,7 @@ def main(argv=None) -> None:
     from transformers import AutoModelForCausalLM
 
     from softtokens.model.loading import confirm_checkpoint, load_model
-    from softtokens.run.files import sha256_file
+    from softtokens.store.files import sha256_file
 
     out = Path(a.out) if a.out else None
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="ckpt-check-"))

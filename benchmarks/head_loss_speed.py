@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=None, help="also write the JSON here after each repeat (a cut run keeps it)")
     a = ap.parse_args()
-    from softtokens.run.files import write_json
+    from softtokens.store.files import write_json
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "complete": False}

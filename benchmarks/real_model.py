@@ -35,7 +35,7 @@ ANSWER = 8   # answer tokens after the prefill; generate gets the same budget: C
 def real_config() -> dict:
     """config.yaml with the real grid selected, checked as the workflow checks it."""
     from softtokens.data.sources import loader_kind
-    from softtokens.run.config import load_config
+    from softtokens.config.grids import load_config
 
     return load_config(ROOT / "config.yaml", loader_kind, "real")
 
@@ -103,7 +103,7 @@ def rl_step(path: str, mode: str, threads: int) -> dict:
     """Two RLOO steps of the real grid's cell in this process; the second's timers, and this process's peak RSS."""
     import resource
 
-    from softtokens.run.jobs import GridJobs
+    from softtokens.grid.jobs import GridJobs
     from softtokens.train.config import TrainConfig
     from softtokens.train.loop import Trainer
 
@@ -150,7 +150,7 @@ def main() -> None:
     if a.rl_step:
         print(json.dumps(rl_step(a.model_dir, a.rl_step, a.threads)))
         return
-    from softtokens.run.provenance import Provenance
+    from softtokens.store.provenance import Provenance
 
     prov = Provenance("benchmark real_model", vars(a))
     with tempfile.TemporaryDirectory() as scratch:

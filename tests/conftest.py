@@ -150,9 +150,9 @@ def stepwise(model, rollout, i):
 
 def identified(prov, path, doc: dict) -> dict:
     """An evaluation document as its job writes it (commands.evaluate): ``doc`` with the identity of the file at
-    ``path`` (run.eval_identity; outside the results layout, a base model's on a benchmark of the file's directory)
+    ``path`` (store.eval_identity; outside the results layout, a base model's on a benchmark of the file's directory)
     and its record embedded, written as ``path``."""
-    from softtokens.run.eval_identity import LOGLIK, eval_identity, expected_identity
+    from softtokens.store.eval_identity import LOGLIK, eval_identity, expected_identity
 
     path = Path(path)
     try:

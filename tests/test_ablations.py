@@ -17,10 +17,10 @@ from softtokens.report.ablations import (
     paper_rows,
     write_ablations,
 )
-from softtokens.run import config as run_config
-from softtokens.run import paths
-from softtokens.run.config import ConfigError, cell_rl
-from softtokens.run.paths import Run
+from softtokens.config import grids as run_config
+from softtokens.store import paths
+from softtokens.config.grids import ConfigError, cell_rl
+from softtokens.store.paths import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from softtokens.data.sources import loader_kind
-from softtokens.run import config as run_config
-from softtokens.run.config import PAPER_RL, ConfigError, cell_rl, resolved_rl
-from softtokens.run.jobs import job_resources
+from softtokens.config import grids as run_config
+from softtokens.config.grids import PAPER_RL, ConfigError, cell_rl, resolved_rl
+from softtokens.grid.resources import job_resources
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -162,13 +162,14 @@ def test_the_papers_rl_defaults_are_defined_once():
 
 
 def test_modes_settings_and_placements_are_named_once():
-    """The schema's enums and the wildcard patterns come from run.names; the engine's settings and
+    """The schema's enums and the wildcard patterns come from config.names; the engine's settings and
     placements are the same lists."""
     import re
 
     from softtokens.engine.settings import INFERENCE_SETTINGS, placement_of
     from softtokens.eval.ood import PROTOCOLS
-    from softtokens.run import names, paths
+    from softtokens.config import names
+    from softtokens.store import paths
 
     defs = run_config.load_schema()["$defs"]
     assert defs["mode"]["enum"] == list(names.MODES) == ["hard", "soft", "fuzzy"]

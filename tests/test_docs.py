@@ -32,7 +32,7 @@ def test_a_stale_block_is_found_and_rewritten(tmp_path):
 def test_the_plan_table_is_the_dry_runs():
     """The paper grid's job counts in docs/cluster.md come from the DAG: Table 1's 45 runs, 48 models
     evaluated under every inference setting on three benchmarks and on three out-of-domain sets."""
-    from softtokens.run.names import SETTINGS
+    from softtokens.config.names import SETTINGS
 
     counts = doc_blocks.dry_run_counts(ROOT, "--profile", "slurm")
     assert (counts["train"], counts["evaluate"], counts["evaluate_loglik"]) == (45, 48 * 3 * len(SETTINGS), 48 * 3)

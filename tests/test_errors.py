@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from softtokens.run.config_text import ConfigError, check_yaml_syntax
+from softtokens.config.text import ConfigError, check_yaml_syntax
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,9 +54,9 @@ def test_a_model_id_typo_names_the_line_and_the_closest_shipped_id(tmp_path):
 
 def test_a_target_outside_the_grid_is_named_with_what_the_grid_has():
     from softtokens.data.sources import loader_kind
-    from softtokens.run.config import check_config
-    from softtokens.run.jobs import GridJobs
-    from softtokens.run.targets import outside_grid
+    from softtokens.config.grids import check_config
+    from softtokens.grid.jobs import GridJobs
+    from softtokens.grid.targets import outside_grid
 
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     check_config(config, loader_kind)
@@ -82,7 +82,7 @@ def test_the_dry_run_refuses_a_seed_outside_the_grid():
 
 
 def test_an_interrupted_jobs_outputs_are_said_in_words(tmp_path):
-    from softtokens.run.interrupted import incomplete_outputs, interrupted_note
+    from softtokens.workflow.interrupted import incomplete_outputs, interrupted_note
 
     assert interrupted_note(tmp_path) is None
     out = "results/toy/runs/toy/toyarith/hard/seed0/metrics.jsonl"

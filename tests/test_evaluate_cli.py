@@ -6,10 +6,10 @@ import json
 import pytest
 
 from softtokens.cli import main
-from softtokens.run.config import PAPER_RL
-from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS
+from softtokens.config.grids import PAPER_RL
+from softtokens.config.names import COT_KEYS, PLACEMENT_KEYS
 
-# what the workflow hands an evaluation job: every key, the paper's CoT settings (run.jobs)
+# what the workflow hands an evaluation job: every key, the paper's CoT settings (grid.jobs)
 SETTINGS = {"n_samples": 2, "cot_max_tokens": 6, "answer_max_tokens": 4, "batch_size": 4, "seed": 0, "dtype": "float32",
             "grading_timeout_s": 5.0, **{k: PAPER_RL[k] for k in (*COT_KEYS, *PLACEMENT_KEYS)}}
 VARIES = ("seconds", "engine", "provenance")  # wall time and the job's own record

@@ -408,7 +408,7 @@ def test_bf16_fast_engine_passes_the_paper_replay_bounds(toy_tokenizer, toy_rows
     HF forward: the replay residual and argmax mismatch stay inside the bounds training enforces
     (the schema's rl.replay_h0_gap_max, rl.replay_argmax_mismatch_max); also with the paper's preamble
     as a real tokenizer splits it (many tokens, shared and prefilled once)."""
-    from softtokens.run.config import PAPER_RL as rl
+    from softtokens.config.grids import PAPER_RL as rl
 
     setting = INFERENCE_SETTINGS[name]
     model = make_tiny_model(toy_tokenizer, dtype=torch.bfloat16, seed=4)

@@ -13,8 +13,8 @@ import yaml
 from test_workflow import BIN, PAPER_ENV, ROOT, TINY, job_counts, snakemake, tiny_args
 
 from softtokens.data.sources import loader_kind
-from softtokens.run.config import ConfigError, check_config, read_config
-from softtokens.run.config_text import check_yaml_syntax
+from softtokens.config.grids import ConfigError, check_config, read_config
+from softtokens.config.text import check_yaml_syntax
 
 TARGET = "results/paper/eval/llama-3b/gsm8k-fuzzy-seed2/math500/soft_sample.json"
 
@@ -159,7 +159,7 @@ def test_valid_forcerun_forms_run_as_snakemake_runs_them(tmp_path, words):
 
 
 def test_the_forcerun_trap_refuses_only_a_swallowed_target():
-    from softtokens.commands.workflow import RULES, forcerun_trap
+    from softtokens.workflow.startup import RULES, forcerun_trap
 
     assert forcerun_trap(["evaluate", CELL], RULES) and "snakemake " + CELL + " --forcerun evaluate" in \
         forcerun_trap(["evaluate", CELL], RULES)
@@ -250,7 +250,7 @@ def test_a_name_mistake_in_a_target_is_named_before_any_job(tmp_path, target, sa
 
 
 def test_the_startup_check_knows_every_rule_of_the_workflow():
-    from softtokens.commands.workflow import RULES
+    from softtokens.workflow.startup import RULES
 
     listed = set()
     # the toy grid's rules, and the paper grid's (evaluate_loglik is a rule where each job evaluates one setting)
@@ -261,7 +261,7 @@ def test_the_startup_check_knows_every_rule_of_the_workflow():
 
 
 def test_an_interrupted_note_waits_for_the_lock(tmp_path, monkeypatch):
-    from softtokens.commands.workflow import locked
+    from softtokens.workflow.startup import locked
 
     monkeypatch.chdir(tmp_path)
     assert not locked()

@@ -13,8 +13,9 @@ from softtokens import cli
 from softtokens.cost import forecast
 from softtokens.cost.forecast import Throughput
 from softtokens.rates.throughput import DecodeCurve, with_update_from
-from softtokens.run import names
-from softtokens.run.jobs import GridJobs
+from softtokens.config import names
+from softtokens.grid.jobs import GridJobs
+from softtokens.sizing.plan import resolve_memory
 from softtokens.sizing.plan import grid_architecture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,10 +98,10 @@ def test_a_memory_bound_rollout_does_not_halve_when_gpus_double():
     steps = {}
     for gpus in (4, 8):
         config["grids"]["paper"]["models"]["llama-8b"]["train_gpus"] = gpus
-        jobs = GridJobs({**config, "grid": "paper"})
+        jobs = GridJobs({**config, "grid": "paper"}, resolve_rl=resolve_memory)
         run = next(r for r in jobs.training_runs() if r.model == "llama-8b")
         rates = forecast.DEFAULT.scaled_to(grid_architecture(jobs.grid, "llama-8b").parameters)
-        steps[gpus] = forecast.train_seconds(jobs, config, "paper", run, rates)
+        steps[gpus] = forecast.train_seconds(jobs, jobs.cell(run), rates)
     assert steps[8]["rollout_step"] > 0.9 * steps[4]["rollout_step"]
     assert steps[8]["update_step"] == pytest.approx(steps[4]["update_step"] / 2)
     curve = forecast.DEFAULT.decode[run.mode]
@@ -215,7 +216,7 @@ def test_plan_and_the_ledger_count_the_same_cells_per_table(tmp_path):
     from softtokens.cells.paper import CELL_KEYS
     from softtokens.cost import ledger
     from softtokens.report.page import our_tables
-    from softtokens.run.jobs import GridJobs
+    from softtokens.grid.jobs import GridJobs
 
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     config["grids"]["toy"]["results"] = str(tmp_path / "results")
@@ -238,7 +239,7 @@ def test_plan_and_the_ledger_count_the_same_cells_per_table(tmp_path):
     planned = forecast.table_forecast(config, "toy", forecast.forecast_jobs(config, "toy"), tables)
     assert dict(zip(planned.table, planned.cells)) == dict(zip(measured.table, measured.cells))
     # the base and three trainings x every hard setting's pass@1, and pass@n of each sampled one (the paper's: 3 columns)
-    from softtokens.run.names import is_sampled, settings_of
+    from softtokens.config.names import is_sampled, settings_of
 
     columns = sum(1 + is_sampled(s) for s in settings_of(("hard",)))
     assert dict(zip(planned.table, planned.cells))["main (tab:main)"] == 4 * columns
@@ -257,7 +258,7 @@ def test_the_mini_grid_fits_one_gpu_and_one_day():
     """`grid: mini`, the paper's Llama-3B x GSM8K cell for one GPU: under 24 GPU-hours by the plan's own
     forecast, every job on one GPU, and its memory plan fits."""
     from softtokens.data.sources import loader_kind
-    from softtokens.run.config import check_config
+    from softtokens.config.grids import check_config
     from softtokens.sizing.plan import check_plan
 
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -273,7 +274,7 @@ def test_the_forecast_counts_the_saves_the_toy_loop_makes(tiny, base, toy_rows, 
     the saves of each kind it makes are the forecast's (the resume state at steps 2, 3, 4 and 6; a best
     checkpoint at most at each validation of a trained step: the forecast's bound, and exactly the number of
     improvements by train.config.save_schedule)."""
-    from softtokens.run.config import PAPER_RL
+    from softtokens.config.grids import PAPER_RL
     from softtokens.train.config import TrainConfig, save_schedule
     from softtokens.train.loop import Trainer
     from softtokens.train.resume import ResumeStore
@@ -335,8 +336,8 @@ def test_plan_json_bills_the_paper_grid_under_750_gpu_hours_on_committed_rates(c
 
 def test_gpus_per_run_paper_keeps_the_node_shape_as_written_and_n_sets_every_model():
     from softtokens.data.sources import loader_kind
-    from softtokens.run.config import load_config
-    from softtokens.run.jobs import train_processes
+    from softtokens.config.grids import load_config
+    from softtokens.config.grids import train_processes
     from softtokens.sizing.gpus import resolve_gpus
 
     config = load_config(ROOT / "config.yaml", loader_kind)

@@ -1,4 +1,4 @@
-"""A run is what it computes (run.identity): two names of one run are trained once, the second name's selection
+"""A run is what it computes (grid.identity): two names of one run are trained once, the second name's selection
 points at the first's and is held to computing the same, and everything downstream (evaluation, the audit) reads
 the run through either name."""
 
@@ -11,10 +11,11 @@ from test_evaluate_cli import SETTINGS as EVAL_SETTINGS
 from softtokens.audit.chain import audit
 from softtokens.cli import main
 from softtokens.data.sources import loader_kind
-from softtokens.run.config import PAPER_RL, load_config
-from softtokens.run.identity import computing_settings, run_identity
-from softtokens.run.jobs import GridJobs
-from softtokens.run.paths import run_dir
+from softtokens.config.grids import PAPER_RL, load_config
+from softtokens.config.grids import computing_settings
+from softtokens.grid.identity import run_identity
+from softtokens.grid.jobs import GridJobs
+from softtokens.store.paths import run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = dict(PAPER_RL, mode="hard", seed=0, lr=1e-3, prompts_per_step=2, samples_per_prompt=2, steps=1, warmup_steps=1,
@@ -30,7 +31,7 @@ def test_no_two_training_jobs_of_the_paper_ablations_and_sweeps_grids_compute_th
     trained: dict[str, set[str]] = {}
     for grid in ("paper", "ablations", "sweeps"):
         jobs = GridJobs({**config, "grid": grid})
-        for run in jobs.trained_runs():
+        for run in jobs.names.trained_runs():
             trained.setdefault(run_identity(jobs.grid, run, jobs.run_settings(run)), set()).add(
                 run_dir(jobs.results, run))
     assert all(len(dirs) == 1 for dirs in trained.values()), [d for d in trained.values() if len(d) > 1]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "softtokens"
 # bottom to top: a module may import its own layer and the ones before it
-# (run is lowest: config, names and paths are read by every layer; data reads reward's answer
+# (config is lowest, then the store: names, settings and paths are read by every layer; data reads reward's answer
 # normaliser to check golds when it prepares a dataset)
-LAYERS = ("run", "reward", "data", "model", "engine", "rates", "train", "sizing", "eval", "cells", "cost", "audit", "verdict",
-          "search", "report", "gpucheck", "commands", "cli", "bytecode")
+LAYERS = ("config", "store", "reward", "data", "model", "engine", "rates", "train", "sizing", "grid", "eval", "cells",
+          "cost", "audit", "crate", "verdict", "search", "report", "gpucheck", "workflow", "commands", "cli", "bytecode")
 MAX_MODULE_LINES, MAX_CLASS_LINES = 400, 200
 MAX_ROOM_LINES = 2500   # a sub-package past this holds more than one thing users come for: split it
 
@@ -93,13 +93,13 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_upward_imports_are_seen():
-    graph = {"softtokens.engine.cot": {"softtokens.run.names"}, "softtokens.run.paths": {"softtokens.train.loop"}}
-    assert upward_imports(graph) == ["softtokens.run.paths -> softtokens.train.loop"]
+    graph = {"softtokens.engine.cot": {"softtokens.config.names"}, "softtokens.store.paths": {"softtokens.train.loop"}}
+    assert upward_imports(graph) == ["softtokens.store.paths -> softtokens.train.loop"]
 
 
 def test_each_layer_imports_only_downward():
     graph = import_graph()
-    assert "softtokens.run.config" in graph["softtokens.train.config"]  # the graph sees the imports
+    assert "softtokens.config.grids" in graph["softtokens.train.config"]  # the graph sees the imports
     upward = upward_imports(graph)
     assert not upward, upward
     assert {layer(m) for m in modules()} - {None, "__init__"} <= set(LAYERS)
@@ -158,10 +158,10 @@ def test_the_workflow_and_the_jobs_that_compute_nothing_load_neither_torch_nor_t
     code = ("import sys\n"
             # what workflow/rules/common.smk imports, and the plan check of the paper grid (hub models)
             "from softtokens.data.sources import loader_kind\n"
-            "from softtokens.run.config import check_config, load_config\n"
-            "from softtokens.run.jobs import GridJobs\n"
-            "from softtokens.run.backups import settle\n"
-            "from softtokens.run.slurm_check import status_command_problem\n"
+            "from softtokens.config.grids import check_config, load_config\n"
+            "from softtokens.grid.jobs import GridJobs\n"
+            "from softtokens.workflow.backups import settle\n"
+            "from softtokens.workflow.slurm_check import status_command_problem\n"
             "from softtokens.sizing.plan import check_plan\n"
             "config = load_config('config.yaml', loader_kind)\n"
             "for grid in ('toy', 'paper'):\n"
@@ -173,7 +173,7 @@ def test_the_workflow_and_the_jobs_that_compute_nothing_load_neither_torch_nor_t
             "from softtokens.train.selection import select_best, check_checkpoint\n"
             "from softtokens.report import tables, figures, page, ablations\n"
             "from softtokens.audit import cell, status\n"
-            "from softtokens.run.provenance import Provenance\n"
+            "from softtokens.store.provenance import Provenance\n"
             "Provenance('tables', {}).record()\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parents[1], capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""How the workflow's jobs are configured (softtokens.run.jobs), tested as Python: which settings
+"""How the workflow's jobs are configured (softtokens.grid.jobs), tested as Python: which settings
 an evaluation and a training job get, what an ablation variant changes, the paper grid's GPUs,
 threads and partitions, and the command a multi-GPU training job runs. (The DAG itself, dry runs
 and a real run: tests/test_workflow.py.)"""
@@ -12,9 +12,9 @@ import yaml
 
 from softtokens.commands.train import launch_command, without_processes
 from softtokens.data.sources import loader_kind
-from softtokens.run.config import check_config
-from softtokens.run.jobs import GridJobs
-from softtokens.run.names import SETTINGS
+from softtokens.config.grids import check_config
+from softtokens.grid.jobs import GridJobs
+from softtokens.config.names import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_ENV = {"SOFTTOKENS_SLURM_ACCOUNT": "testacct", "SOFTTOKENS_SLURM_GPU_PARTITION": "testgpu"}
@@ -52,7 +52,7 @@ def test_every_job_gets_every_key(config):
     """A training job's settings are every key of TrainConfig; an evaluation's every key its command
     requires: no command falls back on a default of its own."""
     from softtokens.commands.evaluate import EVAL_KEYS, LOGLIK_KEYS
-    from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS
+    from softtokens.config.names import COT_KEYS, PLACEMENT_KEYS
     from softtokens.train.config import TrainConfig
 
     for grid in ("toy", "paper"):

@@ -18,8 +18,8 @@ from safetensors.torch import load_file
 
 from softtokens.data.sources import loader_kind
 from softtokens.data.splits import prepare
-from softtokens.run.config import cell_rl, load_config, resolved_rl
-from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS
+from softtokens.config.grids import cell_rl, load_config, resolved_rl
+from softtokens.config.names import COT_KEYS, PLACEMENT_KEYS
 from softtokens.sizing.plan import PREFERRED_MICRO_BATCH
 from softtokens.train.config import TrainConfig
 from softtokens.train.loop import Trainer

@@ -72,7 +72,7 @@ def test_auto_memory_settings_hold_every_phase_of_the_loop_with_the_margin():
     (PREFERRED_MICRO_BATCH), the largest that fits; validation decodes the most rows at once that fit. Every phase
     the loop runs (rollout, update, validation after a step, a staged save) is within the budget.
     On 40 GB GPUs: recomputation, fewer validation rows. With no GPU memory declared: the schema's defaults."""
-    from softtokens.run.config import cell_rl
+    from softtokens.config.grids import cell_rl
     from softtokens.sizing.gpus import resolve_gpus
     from softtokens.sizing.plan import LOOP_PHASES, PREFERRED_MICRO_BATCH, grid_plan, plan_budget, resolve_memory
 
@@ -102,7 +102,7 @@ def test_validation_at_256_rows_does_not_fit_llama_3b_on_one_gpu():
     """The phase the plan once left out: on one 80 GB GPU, llama-3b holds 45 GB once AdamW has state (step >= 1);
     greedy validation at 256 slots of MATH's length adds a KV cache of ~31 GB: over the card. `auto` decodes fewer
     rows at once, and puts the model on more GPUs where no micro-batch of 8 fits beside."""
-    from softtokens.run.config import cell_rl
+    from softtokens.config.grids import cell_rl
     from softtokens.sizing.plan import GB, grid_architecture, plan_budget, train_job_for, train_memory
 
     config = _paper_config()
@@ -120,7 +120,7 @@ def test_validation_at_256_rows_does_not_fit_llama_3b_on_one_gpu():
 def test_a_run_is_given_numbers_never_auto():
     import json as _json
 
-    from softtokens.run.jobs import GridJobs
+    from softtokens.grid.jobs import GridJobs
     from softtokens.sizing.plan import resolve_memory
     from softtokens.train.config import TrainConfig
 
@@ -178,7 +178,7 @@ def test_auto_picks_a_large_micro_batch_for_the_paper_cell_on_one_80gb_gpu():
     from pathlib import Path
 
     from softtokens.data.sources import loader_kind
-    from softtokens.run.config import cell_rl, load_config
+    from softtokens.config.grids import cell_rl, load_config
     from softtokens.sizing.plan import resolve_memory
 
     config = load_config(Path(__file__).resolve().parents[1] / "config.yaml", loader_kind)

@@ -5,15 +5,9 @@ import pytest
 
 from softtokens.audit.chain import audit
 from softtokens.model.checkpoint import TrainerState
-from softtokens.run.files import (
-    atomic_dir,
-    atomic_path,
-    read_jsonl,
-    sha256_path,
-    write_json,
-)
-from softtokens.run.eval_identity import eval_identity
-from softtokens.run.provenance import Provenance, read_record
+from softtokens.store.files import atomic_dir, atomic_path, read_jsonl, sha256_path, write_json
+from softtokens.store.eval_identity import eval_identity
+from softtokens.store.provenance import Provenance, read_record
 from softtokens.train.selection import check_checkpoint, select_best
 
 

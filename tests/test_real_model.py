@@ -20,7 +20,7 @@ import yaml
 from conftest import fault_env
 from test_workflow import BIN, ROOT, snakemake
 
-from softtokens.run.names import SETTINGS
+from softtokens.config.names import SETTINGS
 
 DATA = ROOT / "data" / "gsm8k"
 RESULTS = "results/real"
@@ -45,8 +45,9 @@ def real_tiny_config(data_dir: Path) -> dict:
 
 def planned_mb(config: dict, kind: str) -> int:
     """The most mem_mb a job of ``kind`` declares, computed as the workflow computes it when Snakemake parses it
-    (commands.workflow: workflow_jobs, job_memory; the run's log is then held to it)."""
-    from softtokens.commands.workflow import job_memory, workflow_jobs
+    (workflow.startup.workflow_jobs, grid.memory.job_memory; the run's log is then held to it)."""
+    from softtokens.grid.memory import job_memory
+    from softtokens.workflow.startup import workflow_jobs
 
     return max(mb for job, mb in job_memory(workflow_jobs(config)) if job.split()[0] == kind)
 

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 from conftest import fault_env, identified
 
-from softtokens.run.config import PAPER_RL
+from softtokens.config.grids import PAPER_RL
 from softtokens.train.config import TrainConfig
 from softtokens.train.loop import Trainer
 from softtokens.train.update import NonFiniteUpdate
 
-# a run's resolved settings, as the workflow hands them to the job: every key (run.jobs)
+# a run's resolved settings, as the workflow hands them to the job: every key (grid.jobs)
 SETTINGS = dict(PAPER_RL, mode="fuzzy", seed=4, lr=1e-3, prompts_per_step=2, samples_per_prompt=4, steps=6, warmup_steps=1,
                 cot_max_tokens=10, answer_max_tokens=4, val_every=3, val_size=6, micro_batch_size=4,
                 compute_dtype="float32", resume_save_steps=1)
@@ -286,7 +286,7 @@ def test_a_stale_upstream_output_is_refused(tmp_path):
     from test_evaluate_cli import SETTINGS as EVAL_SETTINGS
 
     from softtokens.cli import main
-    from softtokens.run.provenance import StaleInput, check_expected, config_hash
+    from softtokens.store.provenance import StaleInput, check_expected, config_hash
 
     made = {"loader": "toy", "seed": 1, "train_size": 40, "validation_size": 8, "test_size": 8}
     assert main(["prepare-data", "--dataset", "toyarith", "--splits", "train,validation", "--settings",
@@ -328,7 +328,7 @@ def test_a_row_with_a_missing_field_names_file_and_line(tmp_path):
 def test_a_cluster_without_accounting_is_caught_before_any_job():
     """The plugin follows jobs with sacct whenever the binary exists; without accounting sacct
     fails and Snakemake would wait forever. The start-up check names the flag to use."""
-    from softtokens.run.slurm_check import FLAG, status_command_problem
+    from softtokens.workflow.slurm_check import FLAG, status_command_problem
 
     class Done:
         def __init__(self, rc, err=""):
@@ -349,8 +349,8 @@ def test_the_audit_flags_a_result_made_from_a_stale_input(tmp_path, monkeypatch)
     """A consumer records the settings hash the config gave each input; the audit compares it with
     the input's own record (a result made while the job-side check was bypassed is flagged)."""
     from softtokens.audit.chain import audit
-    from softtokens.run.files import write_json
-    from softtokens.run.provenance import Provenance, config_hash, expected_map
+    from softtokens.store.files import write_json
+    from softtokens.store.provenance import Provenance, config_hash, expected_map
 
     monkeypatch.chdir(tmp_path)
     made, now = {"train_size": 40}, {"train_size": 50}
@@ -374,7 +374,7 @@ def test_a_resume_hashes_the_state_it_resumes_from_once_and_no_other(base, tmp_p
     import collections
 
     import softtokens.model.checkpoint as checkpoint
-    import softtokens.run.files as files
+    import softtokens.store.files as files
 
     shutil.copytree(crashed, tmp_path, dirs_exist_ok=True)
     resume = (tmp_path / "_resume").resolve()

@@ -12,7 +12,7 @@ import pytest
 from softtokens.cells.results import load_eval_frame
 from softtokens.report.figures import figure_groups, write_figures
 from softtokens.report.tables import BELOW_BASE_MARK, main_table, write_tables
-from softtokens.run.paths import parse_eval_path
+from softtokens.store.paths import parse_eval_path
 
 SETTINGS = ("hard_greedy", "hard_sample", "soft_greedy", "soft_sample")
 N = 4

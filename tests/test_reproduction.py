@@ -17,8 +17,8 @@ from softtokens.cells.paper import CELL_KEYS, TABLES, load_paper_results
 from softtokens.cost import ledger
 from softtokens.model.checkpoint import TrainerState
 from softtokens.report.page import write_report
-from softtokens.run.files import write_json
-from softtokens.run.provenance import Provenance
+from softtokens.store.files import write_json
+from softtokens.store.provenance import Provenance
 from softtokens.verdict import reproduction
 
 # pass@1 (%) per seed; pass@32 of hard_sample per seed

@@ -1,4 +1,4 @@
-"""The inference settings have one home (run.names.SETTINGS): what a setting is (its CoT mode, greedy or
+"""The inference settings have one home (config.names.SETTINGS): what a setting is (its CoT mode, greedy or
 sampled, its temperature), the tables' columns, the figures' panels, the forecast's samples, the
 schema's enum and the wildcard all ask it. A seventh setting is one entry there plus its tests."""
 
@@ -8,8 +8,9 @@ from pathlib import Path
 from softtokens.engine.settings import INFERENCE_SETTINGS, PAPER_COT, cot_settings
 from softtokens.report.figures import setting_grid
 from softtokens.report.tables import setting_columns
-from softtokens.run import names, paths
-from softtokens.run.config import EVAL_DEFAULTS, load_schema
+from softtokens.config import names
+from softtokens.store import paths
+from softtokens.config.grids import EVAL_DEFAULTS, load_schema
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "softtokens"
 
@@ -42,12 +43,12 @@ def test_a_seventh_setting_is_one_entry(monkeypatch):
 
 
 def test_no_module_reads_a_settings_kind_off_its_name():
-    """Outside run/names.py and engine/settings.py, no code decides what a setting is from its spelling
+    """Outside config/names.py and engine/settings.py, no code decides what a setting is from its spelling
     (a '_greedy' / '_sample' suffix, or a name built as f'{mode}_{decoding}')."""
     pattern = re.compile(r"""endswith\(["']_(greedy|sample)["']\)|["']_(greedy|sample)["'] in |f["']\{\w+\}_(greedy|sample|\{\w+\})["']""")
     offenders = []
     for path in SRC.rglob("*.py"):
-        if path.relative_to(SRC).as_posix() in ("run/names.py", "engine/settings.py"):
+        if path.relative_to(SRC).as_posix() in ("config/names.py", "engine/settings.py"):
             continue
         for i, line in enumerate(path.read_text().splitlines(), 1):
             if pattern.search(line):
@@ -64,7 +65,7 @@ def test_the_loaders_are_the_data_layers_registry():
     import yaml
 
     from softtokens.data.sources import GENERATED, LOADERS, SOURCES, loader_kind, test_size
-    from softtokens.run.config import ConfigError, check_config
+    from softtokens.config.grids import ConfigError, check_config
 
     assert "enum" not in load_schema()["$defs"]["dataset"]["properties"]["loader"]
     assert LOADERS == (*SOURCES, *GENERATED)

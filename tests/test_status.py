@@ -11,9 +11,9 @@ import yaml
 
 from softtokens import cli
 from softtokens.audit.status import STALE_AFTER_S, grid_status, status_text
-from softtokens.run import paths
-from softtokens.run.files import write_json
-from softtokens.run.provenance import Provenance
+from softtokens.store import paths
+from softtokens.store.files import write_json
+from softtokens.store.provenance import Provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +27,7 @@ def write_rows(path: Path, rows: list[dict], age_s: float = 0.0) -> None:
 
 def eval_doc(path: Path, **numbers) -> dict:
     """An evaluation document of a base model as its job writes it: its identity the file its path names."""
-    from softtokens.run.eval_identity import eval_identity, expected_identity
+    from softtokens.store.eval_identity import eval_identity, expected_identity
 
     want = expected_identity(path)
     ident = eval_identity(want["model"], "base", want["benchmark"], want["setting"], {"temperature": 0.0}, "-", [])

@@ -11,9 +11,9 @@ import yaml
 from test_workflow import PAPER_ENV, job_counts, snakemake
 
 from softtokens.data.sources import loader_kind
-from softtokens.run.config import ConfigError, check_config, read_config
-from softtokens.run.jobs import GridJobs
-from softtokens.run.sweeps import variant_name
+from softtokens.config.grids import ConfigError, check_config, read_config
+from softtokens.grid.jobs import GridJobs
+from softtokens.config.sweeps import variant_name
 from softtokens.search.selection import across_modes, select, value_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,8 +41,8 @@ def test_the_paper_search_expands_into_the_runs_appendix_d_describes():
     (no variant: shared, never trained twice); the search is selected on validation, never tested."""
     config = checked("sweeps")
     jobs = GridJobs({**config, "grid": "sweeps"})
-    lr = [r for r in jobs.sweep_runs if r.param == "learning_rate"]
-    noise = [r for r in jobs.sweep_runs if r.param == "noise_factor"]
+    lr = [r for r in jobs.sweep.runs if r.param == "learning_rate"]
+    noise = [r for r in jobs.sweep.runs if r.param == "noise_factor"]
     assert len(lr) == 10 * 2 * 5 and {r.mode for r in lr} == {"hard", "fuzzy"}
     assert len(noise) == 5 * 3 and {r.mode for r in noise} == {"fuzzy"}
     paper_lr = {m: s["lr"] for m, s in config["grids"]["paper"]["models"].items()}
@@ -60,7 +60,7 @@ def test_the_paper_search_expands_into_the_runs_appendix_d_describes():
     # the shared run is the paper grid's run, to the byte of its settings (so Snakemake sees one job)
     paper = GridJobs({**checked("paper"), "grid": "paper"})
     assert jobs.train_settings("llama-8b", "gsm8k", "hard", 0) == paper.train_settings("llama-8b", "gsm8k", "hard", 0)
-    assert sorted(jobs.sweep_targets()) == sorted(
+    assert sorted(jobs.sweep.files()) == sorted(
         [f"results/paper/tables/sweep_{m}.{e}" for m in ("llama-3b", "llama-8b", "qwen-3b")
          for e in ("md", "tex", "csv", "html")]
         + [f"results/paper/figures/sweep_{m}.{e}" for m in ("llama-3b", "llama-8b", "qwen-3b") for e in ("png", "pdf")]
@@ -76,7 +76,7 @@ def test_the_expansion_is_idempotent_and_shorter_steps_share_nothing():
     def short(c):
         c["grids"]["sweeps"]["sweep"]["steps"] = 1000
     jobs = GridJobs({**checked("sweeps", short), "grid": "sweeps"})
-    assert all(r.variant for r in jobs.sweep_runs)   # at 1,000 steps no run is the paper grid's own
+    assert all(r.variant for r in jobs.sweep.runs)   # at 1,000 steps no run is the paper grid's own
     assert json.loads(jobs.train_settings("llama-3b", "gsm8k", "hard@lr6e-06", 0))["steps"] == 1000
 
 
@@ -91,7 +91,7 @@ def test_the_paper_search_plans_as_a_dry_run():
     proc = snakemake("-n", "--config", "grid=sweeps", env=PAPER_ENV)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     counts = job_counts(proc)
-    # llama-3b x gsm8k's noise factors 0.1, 1.0 and 3.0 are the ablations grid's gamma runs (run.identity): trained
+    # llama-3b x gsm8k's noise factors 0.1, 1.0 and 3.0 are the ablations grid's gamma runs (grid.identity): trained
     # once under those names (the first grid in config.yaml that names them), their selections shared
     assert counts["train"] == 112 and counts["select_checkpoint"] == 112 + 3 and counts["sweep_tables"] == 1
     assert "evaluate" not in counts and "reproduction_report" not in counts
@@ -172,25 +172,29 @@ def test_plan_offers_a_cheaper_reading_with_its_cost_and_what_it_gives_up(capsys
     assert "one seed, 1,000 steps" in cheap and "it gives up:" in cheap and "favour values that learn fast" in cheap
 
 
-def test_the_toy_grid_sweeps_three_learning_rates():
+def test_the_toy_sweeps_grid_sweeps_three_learning_rates_and_the_demo_none():
+    """The search in small is `make demo-sweeps` (grid toy-sweeps, reusing the toy grid's results); `make demo`'s toy
+    grid trains and tests, and searches nothing."""
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    config["grid"] = "toy"
     check_config(config, loader_kind)
-    jobs = GridJobs(config)
-    assert sorted(r.value for r in jobs.sweep_runs) == [3.5e-5, 7e-5, 1.4e-4]
-    assert sorted(r.variant for r in jobs.sweep_runs) == ["", "lr1.4e-04", "lr3.5e-05"]
+    assert GridJobs({**config, "grid": "toy"}).sweep.runs == []
+    jobs = GridJobs({**config, "grid": "toy-sweeps"})
+    assert sorted(r.value for r in jobs.sweep.runs) == [3.5e-5, 7e-5, 1.4e-4]
+    assert sorted(r.variant for r in jobs.sweep.runs) == ["", "lr1.4e-04", "lr3.5e-05"]
     assert not any("@lr" in t for t in jobs.eval_targets())   # the search is not tested
     assert "results/toy/tables/sweeps.json" in jobs.all_targets()
 
 
 def test_a_default_cell_with_its_own_learning_rate_is_the_run_its_value_shares():
-    """The grid's own value is its default cell's lr where the cell sets one (run.config.cell_lr), not the
+    """The grid's own value is its default cell's lr where the cell sets one (config.grids.cell_lr), not the
     model's: that value's run is the default run, the model's becomes a variant like any other."""
-    from softtokens.run.sweeps import sweep_runs
+    from softtokens.config.sweeps import sweep_runs
 
-    config = checked("toy")
-    grid = config["grids"]["toy"]
-    cell = next(c for c in grid["training"] if (c["model"], c["dataset"], c.get("variant", "")) == ("toy", "toyarith", ""))
+    from softtokens.config.sweeps import _default_cell
+
+    config = checked("toy-sweeps")
+    grid = config["grids"]["toy-sweeps"]
+    cell = _default_cell(config["grids"], grid, "toy", "toyarith")   # the toy grid's, which it reuses
     cell["lr"] = 3.5e-5   # one of the sweep's values; the model's own is 7e-5
     runs = {r.value: r.variant for r in sweep_runs(grid, config["grids"], grid["rl"])}
     assert runs[3.5e-5] == "" and runs[7e-5] == variant_name("learning_rate", 7e-5)

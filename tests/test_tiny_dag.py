@@ -19,7 +19,7 @@ import pytest
 import yaml
 from conftest import fault_env
 
-from softtokens.run.files import sha256_file
+from softtokens.store.files import sha256_file
 from test_workflow import BIN, ROOT, TINY, job_counts, snakemake, tiny_args
 
 RUN = "results/toy/runs/toy/toyarith/hard/seed0"
@@ -342,7 +342,7 @@ def test_outputs_are_group_readable(tiny_dag):
 
 
 def test_settle_removes_stale_backups_and_restores_lost_outputs(tmp_path):
-    from softtokens.run.backups import settle
+    from softtokens.workflow.backups import settle
 
     whole, lost = tmp_path / "out" / "whole.json", tmp_path / "out" / "lost"
     whole.parent.mkdir()
@@ -444,7 +444,7 @@ def test_rows_edited_to_match_the_number_are_refused_by_the_document_hash(tiny_d
 def test_an_edited_record_is_refused(tiny_dag, tmp_path):
     """The embedded record's config edited (dtype, n_samples), then (by a careful forger who also
     recomputes the document's hash) its checkpoint switched to another run's: both are caught."""
-    from softtokens.run.provenance import CONTENT_HASH, content_sha256
+    from softtokens.store.provenance import CONTENT_HASH, content_sha256
 
     d = _copy(tiny_dag, tmp_path)
     before = _bytes(d, *SUMMARIES)
@@ -455,7 +455,7 @@ def test_an_edited_record_is_refused(tiny_dag, tmp_path):
 
     def switched(doc):
         doc["provenance"]["config"].update({"dtype": "float32", "n_samples": 2})
-        doc["provenance"]["config_hash"] = __import__("softtokens.run.provenance", fromlist=["x"]).config_hash(
+        doc["provenance"]["config_hash"] = __import__("softtokens.store.provenance", fromlist=["x"]).config_hash(
             doc["provenance"]["config"])
         inputs = doc["provenance"]["inputs"]
         inputs["checkpoint"] = {"path": f"{other}/checkpoints/best",
@@ -473,7 +473,7 @@ def test_an_edited_selection_of_a_sweep_run_is_refused_by_the_sweep_table(tiny_d
     """The search's number is each run's selected.json (its greedy validation accuracy): edited, and its
     document hash recomputed by a careful forger, the sweep table's rebuild still refuses it, naming the file
     and the metrics it contradicts; the table, its summary and the report stay as they were."""
-    from softtokens.run.provenance import CONTENT_HASH, content_sha256
+    from softtokens.store.provenance import CONTENT_HASH, content_sha256
 
     d = _copy(tiny_dag, tmp_path)
     res = "results/toy"
@@ -541,7 +541,7 @@ LOGLIK = "results/toy/eval/toy/toyarith-hard-seed0/toychoice/loglik.json"
 
 def _rehash(path: Path, change) -> None:
     """An edit by a careful forger: the document's own hash redone (it is unkeyed: anyone can)."""
-    from softtokens.run.provenance import CONTENT_HASH, content_sha256
+    from softtokens.store.provenance import CONTENT_HASH, content_sha256
 
     def both(doc):
         change(doc)
@@ -553,7 +553,7 @@ def test_a_sidecar_beside_an_embedded_record_is_refused_naming_both(tiny_dag, tm
     """pass@1 set to 0.50 (rows untouched, no hash redone), then a sidecar beside the file: its embedded record
     copied, the file's sha256 filled in. It once switched every check of the file off; now the embedded record is
     the file's, and two records are an error naming both."""
-    from softtokens.run.files import sha256_path
+    from softtokens.store.files import sha256_path
 
     d = _copy(tiny_dag, tmp_path)
     before = _bytes(d, *SUMMARIES)
@@ -589,7 +589,7 @@ def test_a_record_without_its_hash_and_rows_cut_to_match_are_refused(tiny_dag, t
 def test_a_selection_moved_to_another_step_is_refused_against_the_checkpoint_it_names(tiny_dag, tmp_path):
     """selected.json moved to another step, the metrics' validation rows edited to make that step the best, both
     files' hashes redone: the checkpoint the selection names holds the step its training saved, not the one claimed."""
-    from softtokens.run.files import sha256_path
+    from softtokens.store.files import sha256_path
     from softtokens.train.selection import select_best
 
     d = _copy(tiny_dag, tmp_path)
@@ -702,8 +702,8 @@ def test_another_settings_result_copied_over_a_cell_is_refused_and_rerun_makes_w
     (it is not where its job wrote it; its content is another setting's). A forger who also rewrites its identity and
     its record's path, and rehashes, is held to its own content (a greedy setting draws one sample); the re-run makes
     what the path asks for, whatever the file says, and differs."""
-    from softtokens.run.eval_identity import IDENTITY
-    from softtokens.run.provenance import OWN_PATH
+    from softtokens.store.eval_identity import IDENTITY
+    from softtokens.store.provenance import OWN_PATH
 
     d = _copy(tiny_dag, tmp_path)
     before = _bytes(d, *SUMMARIES)

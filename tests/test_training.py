@@ -114,7 +114,7 @@ def test_one_source_of_cot_settings_for_training_validation_and_evaluation(base,
         cot_settings,
     )
     from softtokens.eval.math_eval import evaluate
-    from softtokens.run.names import COT_KEYS
+    from softtokens.config.names import COT_KEYS
 
     assert INFERENCE_SETTINGS == cot_settings(PAPER_COT)
     assert INFERENCE_SETTINGS["soft_sample"] == CotSetting("soft", 0.5, 0.33)  # the paper's Section 4

@@ -197,7 +197,9 @@ def test_the_first_screen_says_what_each_design_could_decide(tmp_path):
     settings = {"grid": "paper", "toy": False, "gpus": {}}
     out = tmp_path / "report"
     write_report(evals, tmp_path / "benchmarks", out, settings)
-    lines = (out / "reproduction.md").read_text().splitlines()[:40]
+    page = (out / "reproduction.md").read_text()
+    # the glance table with the design's words: the answer in detail, right below the first screen
+    lines = page.split("## The answer, in detail")[1].splitlines()[:40]
     screen = "\n".join(lines)
     judged = json.loads((out / "claims.json").read_text())["paper"]
     for c in judged:

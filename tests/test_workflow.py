@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from softtokens.run.names import SETTINGS
+from softtokens.config.names import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -89,7 +89,7 @@ def test_paper_grid_plan_with_the_slurm_profile():
     counts = job_counts(proc)
     runs = 5 * 3 * 3                    # Table 1's (model, dataset) cells x modes x seeds
     models = runs + 3                   # + the three base models
-    settings = len(SETTINGS)            # the inference settings (run.names: the paper's six)
+    settings = len(SETTINGS)            # the inference settings (config.names: the paper's six)
     assert counts["train"] == runs and counts["select_checkpoint"] == runs
     assert counts["evaluate"] == models * 3 * settings   # x GSM8K, MATH-500, OlympiadBench x every setting
     assert counts["evaluate_loglik"] == models * 3    # x HellaSwag, ARC, MMLU
@@ -221,13 +221,13 @@ def test_every_paper_grid_plans_from_local_copies_and_local_model_directories(tm
 
 
 def test_a_run_another_grid_has_trained_is_not_trained_again(tmp_path):
-    """Run identity (run.identity): the sweeps grid's noise-factor runs 0.1, 1.0 and 3.0 on llama-3b x gsm8k compute
+    """Run identity (grid.identity): the sweeps grid's noise-factor runs 0.1, 1.0 and 3.0 on llama-3b x gsm8k compute
     what the ablations grid's gamma runs compute. Once those exist, `snakemake -n --config grid=sweeps` plans no
     training whose settings (less the run's name and memory-only keys) equal one of theirs: it plans a shared
     selection pointing at each instead."""
     import json as _json
 
-    from softtokens.run.identity import computing_settings
+    from softtokens.config.grids import computing_settings
 
     res = tmp_path / "results/paper"
     for split in ("train", "validation"):
@@ -240,9 +240,9 @@ def test_a_run_another_grid_has_trained_is_not_trained_again(tmp_path):
         (run / "metrics.jsonl").write_text("{}\n")
         (run / "selected.json").write_text("{}\n")
     from softtokens.data.sources import loader_kind
-    from softtokens.run.config import load_config
-    from softtokens.run.jobs import GridJobs
-    from softtokens.run.paths import Run
+    from softtokens.config.grids import load_config
+    from softtokens.grid.jobs import GridJobs
+    from softtokens.store.paths import Run
     from softtokens.sizing.plan import resolve_memory
 
     config = {**load_config(ROOT / "config.yaml", loader_kind), "grid": "ablations"}

@@ -7,9 +7,9 @@ import argparse
 import os
 import sys
 
-from softtokens.commands import data, evaluate, exits, gpu, report, train
+from softtokens.commands import crate, data, evaluate, exits, gpu, report, train
 
-COMMAND_MODULES = (data, train, evaluate, report, gpu, exits)
+COMMAND_MODULES = (data, train, evaluate, report, crate, gpu, exits)
 DESCRIPTION = ("softtokens: a reproduction of 'Soft Tokens, Hard Truths' (Butt et al., 2025). Each workflow stage is "
                "a command here (the Snakemake rules call them), beside the tools a user runs: plan (memory and cost "
                "before a grid), status (a grid while it runs), audit (where a result came from), docs and gpu-check.")
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # a command that starts itself again (train under accelerate) passes them on
-    from softtokens.run.files import JsonlError, MalformedFile
+    from softtokens.store.files import JsonlError, MalformedFile
 
     try:
         return int(args.func(args) or 0)

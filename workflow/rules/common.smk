@@ -1,14 +1,14 @@
-# Shared by all rules: the checks before any job and the grid's jobs (softtokens.commands.workflow,
-# softtokens.run.jobs: targets, settings, resources, plain unit-tested Python). Rules only name files and call the CLI.
+# Shared by all rules: the checks before any job and the grid's jobs (softtokens.workflow.startup,
+# softtokens.grid.jobs: targets, settings, resources, plain unit-tested Python). Rules only name files and call the CLI.
 import os
 import sys
 from pathlib import Path
 
-from softtokens.commands.workflow import startup
-from softtokens.run import paths
-from softtokens.run.names import alternation
-from softtokens.run.paths import EVAL_JOB, RUN_JOB
-from softtokens.run.summaries import stale_summaries
+from softtokens.workflow.startup import startup
+from softtokens.store import paths
+from softtokens.config.names import alternation
+from softtokens.store.paths import EVAL_JOB, RUN_JOB
+from softtokens.workflow.summaries import stale_summaries
 
 # the config and every name in it (file:line, the closest valid one), models, local data, the memory plan, the
 # command line's targets and --forcerun words, and with --profile slurm the cluster pre-flight (docs/cluster.md)
@@ -109,9 +109,9 @@ def figure_output(kind):
 
 def settle_update_backups(workflow):
     """Before any job: each update() output of a job about to run, with the backup a killed run may
-    have left of it (softtokens.run.backups decides what to do)."""
+    have left of it (softtokens.workflow.backups decides what to do)."""
     from snakemake.io import is_flagged
-    from softtokens.run.backups import settle
+    from softtokens.workflow.backups import settle
 
     pairs = [(Path(f), workflow.persistence._get_backup_path(Path(f)))
              for job in workflow.dag.needrun_jobs() for f in job.output if is_flagged(f, "update")]

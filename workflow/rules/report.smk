@@ -1,5 +1,5 @@
 # Each table and each figure is a job of its own that reads only the files its cells need, so that
-# `snakemake TABLE` plans only what that table rests on (run.targets.table_inputs / figure_inputs).
+# `snakemake TABLE` plans only what that table rests on (grid.targets.table_inputs / figure_inputs).
 
 
 rule main_table:
@@ -71,7 +71,7 @@ rule ood_table:
 rule training_figure:
     """Training curves of one model on one training set (every mode and seed)."""
     input:
-        metrics=lambda w: JOBS.figure_inputs(f"training_{w.figure}")["metrics"],
+        metrics=lambda w: JOBS.figures.inputs(f"training_{w.figure}")["metrics"],
     output:
         png=figure_output("training"),
         pdf=update(paths.figure_path(RESULTS, "training_{figure}", "pdf")),
@@ -79,7 +79,7 @@ rule training_figure:
         settings=lambda w: JOBS.figure_settings(f"training_{w.figure}"),
         out_dir=output_parent,
     wildcard_constraints:
-        figure=alternation(JOBS.figure_keys("training")),
+        figure=alternation(JOBS.figures.keys("training")),
     resources:
         **resources("cpu"),
     conda:
@@ -95,7 +95,7 @@ rule training_figure:
 rule passk_figure:
     """pass@k of one model's runs on one training set and its base, on one benchmark."""
     input:
-        evals=lambda w: JOBS.figure_inputs(f"passk_{w.figure}")["evals"],
+        evals=lambda w: JOBS.figures.inputs(f"passk_{w.figure}")["evals"],
     output:
         png=figure_output("passk"),
         pdf=update(paths.figure_path(RESULTS, "passk_{figure}", "pdf")),
@@ -103,7 +103,7 @@ rule passk_figure:
         settings=lambda w: JOBS.figure_settings(f"passk_{w.figure}"),
         out_dir=output_parent,
     wildcard_constraints:
-        figure=alternation(JOBS.figure_keys("passk")),
+        figure=alternation(JOBS.figures.keys("passk")),
     resources:
         **resources("cpu"),
     conda:
@@ -119,7 +119,7 @@ rule passk_figure:
 rule hard_passk_figure:
     """The paper's Figure 3: hard inference pass@k of every Llama (model, training set) on every benchmark."""
     input:
-        evals=lambda w: JOBS.figure_inputs(f"{paths.FIG3_KIND}_{w.figure}")["evals"],
+        evals=lambda w: JOBS.figures.inputs(f"{paths.FIG3_KIND}_{w.figure}")["evals"],
     output:
         png=figure_output(paths.FIG3_KIND),
         pdf=update(paths.figure_path(RESULTS, f"{paths.FIG3_KIND}_{{figure}}", "pdf")),
@@ -127,7 +127,7 @@ rule hard_passk_figure:
         settings=lambda w: JOBS.figure_settings(f"{paths.FIG3_KIND}_{w.figure}"),
         out_dir=output_parent,
     wildcard_constraints:
-        figure=alternation(JOBS.figure_keys(paths.FIG3_KIND)),
+        figure=alternation(JOBS.figures.keys(paths.FIG3_KIND)),
     resources:
         **resources("cpu"),
     conda:
@@ -143,7 +143,7 @@ rule hard_passk_figure:
 rule entropy_figure:
     """CoT entropy by position of one model's runs on one training set and its base, on one benchmark."""
     input:
-        evals=lambda w: JOBS.figure_inputs(f"entropy_{w.figure}")["evals"],
+        evals=lambda w: JOBS.figures.inputs(f"entropy_{w.figure}")["evals"],
     output:
         png=figure_output("entropy"),
         pdf=update(paths.figure_path(RESULTS, "entropy_{figure}", "pdf")),
@@ -151,7 +151,7 @@ rule entropy_figure:
         settings=lambda w: JOBS.figure_settings(f"entropy_{w.figure}"),
         out_dir=output_parent,
     wildcard_constraints:
-        figure=alternation(JOBS.figure_keys("entropy")),
+        figure=alternation(JOBS.figures.keys("entropy")),
     resources:
         **resources("cpu"),
     conda:
@@ -196,12 +196,12 @@ rule reproduction_report:
         variants=lambda w: JOBS.variant_evals_present(),
         # after every other job, so that the ledger holds their benchmark files
         tables=JOBS.table_targets("md"),
-        figures=JOBS.figure_targets(),
+        figures=JOBS.figures.files(),
         selected=JOBS.selected_targets(),
         paper=JOBS.paper_results().values(),
         paper_claims=PAPER_CLAIMS,
         # the search's summary: this grid's sweep, or the sweeps grid's beside these results once it exists
-        sweeps=lambda w: JOBS.sweep_summary_present(),
+        sweeps=lambda w: JOBS.sweep.summary_present(),
         # what `softtokens audit --rerun` found, where it was run: a leaf of the report, by its hash
         reruns=lambda w: JOBS.reruns_present(),
     output:

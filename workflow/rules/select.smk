@@ -1,8 +1,8 @@
 rule select_checkpoint:
     input:
-        # the run's metrics and checkpoints; for a run that is another's name (same settings: run.identity), that
-        # run's selection, which it shares (softtokens.run.jobs.select_inputs)
-        unpack(lambda w: JOBS.select_inputs(w.model, w.dataset, w.arm, w.seed)),
+        # the run's metrics and checkpoints; for a run that is another's name (same settings: grid.identity), that
+        # run's selection, which it shares (softtokens.grid.jobs.select_inputs)
+        unpack(lambda w: JOBS.names.select_inputs(w.model, w.dataset, w.arm, w.seed)),
     output:
         # kept (update): a selection that refuses a damaged checkpoint leaves the previous one
         selected=update(f"{RUN}/{paths.SELECTED}"),

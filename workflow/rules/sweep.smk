@@ -1,18 +1,18 @@
 # The paper's hyperparameter search (Appendix D): a grid's `sweep:` section is expanded into training runs
-# in Python (softtokens.run.sweeps); this rule reads their selections back into a table and figure per model
+# in Python (softtokens.config.sweeps); this rule reads their selections back into a table and figure per model
 # and the summary the reproduction report reads (softtokens.report.sweeps).
 
 
 rule sweep_tables:
     """Per swept model: greedy validation against the swept value, the value selected beside the paper's."""
     input:
-        selected=JOBS.sweep_inputs(paths.SELECTED),
+        selected=JOBS.sweep.inputs(paths.SELECTED),
     output:
-        tables=reported(JOBS.sweep_targets("tables"), "Hyperparameter search", "table_sweep.rst"),
-        figures=reported(JOBS.sweep_targets("figures"), "Hyperparameter search", "figure_sweep.rst"),
-        summary=[update(p) for p in JOBS.sweep_targets("summary")],
+        tables=reported(JOBS.sweep.files("tables"), "Hyperparameter search", "table_sweep.rst"),
+        figures=reported(JOBS.sweep.files("figures"), "Hyperparameter search", "figure_sweep.rst"),
+        summary=[update(p) for p in JOBS.sweep.files("summary")],
     params:
-        settings=verbatim(JOBS.sweep_settings() if JOBS.sweep_runs else ""),
+        settings=verbatim(JOBS.sweep.settings() if JOBS.sweep.runs else ""),
         tables_dir=lambda w, output: Path(output.tables[0]).parent,
         figures_dir=lambda w, output: Path(output.figures[0]).parent,
     resources:

@@ -10,9 +10,9 @@ import pandas as pd
 
 from softtokens.cells.results import mean_std_text
 from softtokens.eval.metrics import mean_pass_at_k
-from softtokens.run import paths
-from softtokens.run.files import MalformedFile, read_json, sha256_path
-from softtokens.run.provenance import at_root, read_record, record_root
+from softtokens.store import paths
+from softtokens.store.files import MalformedFile, read_json, sha256_path
+from softtokens.store.provenance import at_root, read_record, record_root
 
 
 def value_from_rows(path: Path, metric: str) -> float | None:
@@ -28,7 +28,8 @@ def value_from_rows(path: Path, metric: str) -> float | None:
                              for r in rows) / len(rows)
         if metric == "nll_correct":
             return sum(r["nll_correct"] for r in rows) / len(rows)
-        k = int(metric.split("@")[1])
+        k = metric.split("@")[1]
+        k = int(doc["n_samples"]) if k == "n" else int(k)   # pass@n: the file's own samples per problem
         return 100 * mean_pass_at_k([(r["n"], r["correct"]) for r in rows], k)
     except (MalformedFile, KeyError, TypeError, ValueError, ZeroDivisionError):
         return None   # named by the file's own checks (audit.chain)
@@ -55,7 +56,7 @@ def find_cell(table: Path, row: str, column: str) -> dict:
 
 
 def cells_root(table: Path) -> Path | None:
-    """What the cell index's paths are relative to: its record's root (run.provenance.record_root)."""
+    """What the cell index's paths are relative to: its record's root (store.provenance.record_root)."""
     cells_path = paths.cells_path(table)
     rec = read_record(cells_path) or {}
     return record_root(cells_path, rec) if rec else None

@@ -23,9 +23,9 @@ from softtokens.audit.rows import (
     selection_problems,
     shared_selection_problems,
 )
-from softtokens.run.eval_identity import identity_problems
-from softtokens.run.files import MalformedFile, read_json
-from softtokens.run.provenance import at_root, read_record, record_path, record_root, rel
+from softtokens.store.eval_identity import identity_problems
+from softtokens.store.files import MalformedFile, read_json
+from softtokens.store.provenance import at_root, read_record, record_path, record_root, rel
 
 PACKAGE = Path(softtokens.__file__).resolve().parent
 EVAL_STAGES = ("evaluate", "evaluate_loglik")
@@ -43,7 +43,7 @@ def shipped(path: Path) -> bool:
 
 
 def root_of(path: Path, rec: dict) -> Path:
-    """The root a record's paths are relative to (run.provenance.record_root); for a file that is not where its job
+    """The root a record's paths are relative to (store.provenance.record_root); for a file that is not where its job
     wrote it (named by the node's checks), the job's working directory where it still exists, else this one."""
     root = record_root(path, rec)
     if root is not None:

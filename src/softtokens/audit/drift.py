@@ -2,7 +2,7 @@
 the settings the current config gives that job. A table made before `rl: steps` was edited is still a whole chain
 (every hash holds), but it is not what the config now asks for; the audit says so, naming the file and the job.
 
-Which job makes a file is read off its path (run.paths' layout); which grid, off its results directory (every grid
+Which job makes a file is read off its path (store.paths' layout); which grid, off its results directory (every grid
 sharing it: any of them may have made the file)."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from softtokens.run import paths
-from softtokens.run.provenance import config_hash
+from softtokens.store import paths
+from softtokens.store.provenance import config_hash
 
 
 @lru_cache(maxsize=4)
 def _config(path: str, signature: tuple) -> dict:
     from softtokens.data.sources import loader_kind
-    from softtokens.run.config import load_config
+    from softtokens.config.grids import load_config
 
     return load_config(path, loader_kind)
 
@@ -33,7 +33,7 @@ def load(config_path: str | Path) -> dict | None:
 
 
 def grid_jobs(config: dict, grid: str):
-    from softtokens.run.jobs import GridJobs
+    from softtokens.grid.jobs import GridJobs
     from softtokens.sizing.plan import resolve_memory
 
     return GridJobs({**config, "grid": grid}, resolve_rl=resolve_memory)   # as the workflow gives each job

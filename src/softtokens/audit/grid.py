@@ -67,7 +67,7 @@ def grid_problems(config: dict | None, path: Path, rec: dict, root: Path | None)
     evals = {p for p in (_root_relative(i["path"], root) for i in (rec.get("inputs") or {}).values())
              if "/eval/" in p}
     missing = sorted(set(wanted) - evals)
-    # a report also reads the ablation variants' files its results directory holds (run.targets): none is extra
+    # a report also reads the ablation variants' files its results directory holds (grid.targets): none is extra
     extra = sorted(evals - set(wanted)) if stage == "tables" else []
     out = []
     if missing:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from softtokens.audit.chain import malformed, node_problems, shipped
 from softtokens.audit.rows import identical_seed_problems
-from softtokens.run.provenance import read_record
+from softtokens.store.provenance import read_record
 
 
 class InputRefused(SystemExit):

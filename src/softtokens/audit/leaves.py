@@ -11,8 +11,8 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from softtokens.run.files import sha256_path
-from softtokens.run.provenance import at_root
+from softtokens.store.files import sha256_path
+from softtokens.store.provenance import at_root
 
 
 @lru_cache(maxsize=None)
@@ -34,7 +34,7 @@ def current_leaf_sha256(path: Path) -> str:
 def leaf_lines(name: str, leaf, root: Path | None = None) -> tuple[list[str], int]:
     """Printable lines for one leaf and the problems found: a local or packaged file whose bytes changed or
     that is gone. A hub leaf is named with its revision (checked on the hub, which an audit does not reach).
-    ``root``: what the record's relative paths are relative to (run.provenance.record_root)."""
+    ``root``: what the record's relative paths are relative to (store.provenance.record_root)."""
     if not isinstance(leaf, dict):   # a record written before leaves were recorded by content
         return [f"{name}: external {leaf} (a reference only: recorded before leaves carried their content hash)"], 0
     kind = leaf.get("kind")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from softtokens.run.files import MalformedFile, read_json
-from softtokens.run.paths import selection_of_eval
-from softtokens.run.provenance import at_root, read_record, record_root
+from softtokens.store.files import MalformedFile, read_json
+from softtokens.store.paths import selection_of_eval
+from softtokens.store.provenance import at_root, read_record, record_root
 from softtokens.train.selection import identity_problem
 
 
@@ -23,7 +23,7 @@ def _same(a: str | Path, b: str | Path) -> bool:
 
 def link_problems(path: Path, rec: dict, doc: dict, root: Path | None = None) -> list[str]:
     """What ties an evaluation file to the wrong run or checkpoint (empty: its links hold). ``root``: what the
-    record's paths are relative to (run.provenance.record_root)."""
+    record's paths are relative to (store.provenance.record_root)."""
     try:
         selected = selection_of_eval(path)
     except (ValueError, IndexError):

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from softtokens.model.checkpoint import TrainerState, checkpoint_problem, manifest_sha256
-from softtokens.run.files import MalformedFile, read_json, sha256_path
-from softtokens.run.provenance import (
+from softtokens.store.files import MalformedFile, read_json, sha256_path
+from softtokens.store.provenance import (
     CONTENT_HASH,
     at_root,
     config_hash,

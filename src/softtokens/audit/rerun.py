@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from softtokens.run import paths
-from softtokens.run.eval_identity import LOGLIK
-from softtokens.run.files import MalformedFile, read_json, read_jsonl, sha256_file
-from softtokens.run.provenance import at_root, device, read_record, record_root
+from softtokens.store import paths
+from softtokens.store.eval_identity import LOGLIK
+from softtokens.store.files import read_json, read_jsonl, sha256_file
+from softtokens.store.provenance import at_root, read_record, record_root
 
 VARIES = ("seconds", "engine", "provenance")   # wall time, the engine's counters, the job's own record
 RERUNS = paths.RERUNS                          # under a grid's results: every re-execution's outcome (the report)

@@ -13,8 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from softtokens.eval.metrics import mean_pass_at_k
-from softtokens.run.files import MalformedFile, read_json, read_jsonl
-from softtokens.run.provenance import at_root
+from softtokens.store.files import MalformedFile, read_json, read_jsonl
+from softtokens.store.provenance import at_root
 from softtokens.train.selection import select_best
 
 TOLERANCE = 1e-9   # the summary is computed from the rows in the same order: only an edit moves it
@@ -130,7 +130,7 @@ def test_set_problems(path: Path, doc: dict, rec: dict, root: Path | None = None
 
 def row_problems(path: Path, doc: dict, rec: dict | None = None, root: Path | None = None) -> list[str]:
     """Every number of an evaluation file that does not follow from its rows, and its rows against its test set
-    (empty: all hold). ``root``: what the record's paths are relative to (run.provenance.record_root)."""
+    (empty: all hold). ``root``: what the record's paths are relative to (store.provenance.record_root)."""
     try:
         out = loglik_problems(path, doc) if Path(path).stem == "loglik" else math_problems(path, doc)
     except (TypeError, KeyError, AttributeError, ValueError) as err:   # a row of the wrong shape: named, not a traceback
@@ -164,7 +164,7 @@ def selection_problems(path: Path, doc: dict, rec: dict, root: Path | None = Non
 
 
 def shared_selection_problems(path: Path, doc: dict, root: Path | None = None) -> list[str]:
-    """A shared selection (a run that is another's name: run.identity) against the run it shares: that run computes
+    """A shared selection (a run that is another's name: grid.identity) against the run it shares: that run computes
     what this name asks for (train.selection.share_problem), and what it says is that run's selection."""
     from softtokens.train.selection import SHARED_WITH, share_problem
 
@@ -219,8 +219,8 @@ def identical_seed_problems(paths: list[Path]) -> list[str]:
     continuous values (fingerprint): one file copied over the other. Seeds are trained apart, so their log-likelihoods
     and entropies differ in their last bits even where every answer agrees. Two seeds whose checkpoints hold the
     same weights (a run that never updated: every reward equal) give the same file honestly: not flagged."""
-    from softtokens.run.paths import parse_eval_path
-    from softtokens.run.provenance import record_root
+    from softtokens.store.paths import parse_eval_path
+    from softtokens.store.provenance import record_root
 
     groups: dict[tuple, list[Path]] = {}
     for p in map(Path, paths):

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from softtokens.cost import ledger
-from softtokens.run import paths
-from softtokens.run.config import cell_rl
-from softtokens.run.files import read_jsonl
-from softtokens.run.jobs import GridJobs
+from softtokens.store import paths
+from softtokens.config.grids import cell_rl
+from softtokens.store.files import read_jsonl
+from softtokens.grid.jobs import GridJobs
 
 STALE_AFTER_S = 15 * 60   # a run or evaluation silent for longer is not running (a step is minutes at most)
 STATES = ("done", "running", "failed", "pending")
@@ -63,7 +63,7 @@ class RunStatus:
 
 
 def _failed_to_learn(run_dir: Path) -> str | None:
-    from softtokens.run.files import MalformedFile, read_json
+    from softtokens.store.files import MalformedFile, read_json
 
     selected = run_dir / paths.SELECTED
     try:
@@ -119,7 +119,7 @@ def run_status(run_dir: Path, name: str, steps: int, gpus: int, bench: dict, now
 def _finished_problem(run_dir: Path, train: list[dict], steps: int) -> str | None:
     """Why a finished run's files are not what its job wrote (None: they are)."""
     from softtokens.audit.records import hash_problems
-    from softtokens.run.provenance import read_record
+    from softtokens.store.provenance import read_record
 
     for f in (run_dir / paths.METRICS, run_dir / paths.SELECTED):
         rec = read_record(f) if f.is_file() else None
@@ -135,12 +135,12 @@ def _finished_problem(run_dir: Path, train: list[dict], steps: int) -> str | Non
 
 def eval_state(result: Path, log: Path, now: float) -> tuple[str, str | None]:
     """(state, why a file that is there is not done): done only if it is the document its job wrote (its embedded
-    hash: audit.records) and the file its path names (run.eval_identity)."""
+    hash: audit.records) and the file its path names (store.eval_identity)."""
     if result.is_file():
         from softtokens.audit.records import hash_problems
-        from softtokens.run.eval_identity import identity_problems
-        from softtokens.run.files import MalformedFile, read_json
-        from softtokens.run.provenance import read_record
+        from softtokens.store.eval_identity import identity_problems
+        from softtokens.store.files import MalformedFile, read_json
+        from softtokens.store.provenance import read_record
 
         try:
             doc = read_json(result)
@@ -179,7 +179,7 @@ def grid_status(config: dict, grid_name: str, now: float | None = None) -> dict:
     runs = []
     for run in jobs.training_runs():
         steps = cell_rl(config, grid_name, run.model, run.dataset, run.variant)["steps"]
-        # a run that is another's name (run.identity) is read from that run's directory
+        # a run that is another's name (grid.identity) is read from that run's directory
         runs.append(run_status(Path(jobs.run_file(run, paths.METRICS)).parent, run.wildcards, steps,
                                gpus["train"].get(run.model, 0), bench_gpu, now))
     evals = []
@@ -200,7 +200,7 @@ def grid_status(config: dict, grid_name: str, now: float | None = None) -> dict:
 def toy_base_status(model_dir: str, now: float) -> dict:
     """A toy base: done (its directory), building (its progress file, written recently), failed (a
     stale progress file: the job stopped before writing the model) or pending."""
-    from softtokens.run.files import MalformedFile, read_json
+    from softtokens.store.files import MalformedFile, read_json
 
     if Path(model_dir).is_dir():
         return {"model": model_dir, "state": "done"}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from softtokens.cells.paper import CELL_KEYS
-from softtokens.run.names import MODES
+from softtokens.config.names import MODES
 
 TRAINED = MODES
 
@@ -100,7 +100,7 @@ def ood_groups(idx, metric):
 def entropy_rows(eval_paths) -> pd.DataFrame:
     """Per math evaluation file: its mean CoT entropy over positions, weighted by the number of CoTs
     that reach each position (the profile the paper plots, reduced to one number)."""
-    from softtokens.run.paths import parse_eval_path
+    from softtokens.store.paths import parse_eval_path
 
     rows = []
     for p in map(Path, eval_paths):

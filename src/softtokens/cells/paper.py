@@ -90,7 +90,7 @@ class PaperResultsError(ValueError):
 
 
 def _known(path, df: pd.DataFrame) -> list[str]:
-    from softtokens.run.names import MODES, SETTING_NAMES
+    from softtokens.config.names import MODES, SETTING_NAMES
 
     allowed = {"model": PAPER_MODELS, "train_dataset": PAPER_TRAIN_SETS, "train_mode": (*MODES, "none"),
                "benchmark": PAPER_BENCHMARKS, "setting": (*SETTING_NAMES, "loglik"), "metric": PAPER_METRICS,

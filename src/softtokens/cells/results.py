@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.run.paths import parse_eval_path
+from softtokens.store.paths import parse_eval_path
 
 
 def mean_std_text(mean: float, std: float, n: int, digits: int = 1) -> str:

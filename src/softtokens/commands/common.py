@@ -19,12 +19,12 @@ def require(settings: dict, *keys: str, command: str) -> None:
     """Stop, naming them, when settings the command needs are missing (the workflow gives all)."""
     missing = [k for k in keys if k not in settings]
     if missing:
-        raise SystemExit(f"{command}: --settings lacks {', '.join(missing)} (softtokens.run.jobs gives every one)")
+        raise SystemExit(f"{command}: --settings lacks {', '.join(missing)} (softtokens.grid.jobs gives every one)")
 
 
 def check_expected(expected) -> dict:
-    from softtokens.run.provenance import StaleInput
-    from softtokens.run.provenance import check_expected as check
+    from softtokens.store.provenance import StaleInput
+    from softtokens.store.provenance import check_expected as check
 
     try:
         return check(expected or [])
@@ -39,7 +39,7 @@ def add_expect(c: argparse.ArgumentParser) -> None:
 
 def add_model_args(c: argparse.ArgumentParser) -> None:
     """What to evaluate: a base model or a trained run's selected checkpoint; CPU threads; the names the result's
-    identity gives them (run.eval_identity)."""
+    identity gives them (store.eval_identity)."""
     g = c.add_mutually_exclusive_group(required=True)
     g.add_argument("--model", help="base model: hub id or local directory")
     g.add_argument("--selected", help="selected.json of a trained run")
@@ -53,7 +53,7 @@ def add_model_args(c: argparse.ArgumentParser) -> None:
 def trained_identity(a) -> dict | str:
     """What the evaluated model is as a result's identity says it: "base", or the run of the selection read (its
     directory in the results layout; outside it, the checkpoint's own state)."""
-    from softtokens.run.eval_identity import trained_identity as from_layout
+    from softtokens.store.eval_identity import trained_identity as from_layout
 
     if not a.selected:
         return from_layout(None)
@@ -83,8 +83,8 @@ def benchmark_name(a) -> str:
 
 
 def read_selection(path: str | Path) -> dict:
-    """A run's selected.json, or a one-line stop naming the file when it is not one (run.files.read_json)."""
-    from softtokens.run.files import MalformedFile, read_json
+    """A run's selected.json, or a one-line stop naming the file when it is not one (store.files.read_json)."""
+    from softtokens.store.files import MalformedFile, read_json
 
     try:
         chosen = read_json(path)
@@ -107,8 +107,8 @@ def selection_record(a) -> dict:
 
 def selection_checkpoint(selected: str | Path, chosen: dict) -> str:
     """The checkpoint a selection names, as a path here: the selection's record's paths are relative to its root
-    (run.provenance.record_root), not to the reader's working directory."""
-    from softtokens.run.provenance import at_root, record_root
+    (store.provenance.record_root), not to the reader's working directory."""
+    from softtokens.store.provenance import at_root, record_root
 
     rec = chosen.get("provenance") if isinstance(chosen.get("provenance"), dict) else {}
     root = record_root(selected, rec) if rec else None
@@ -131,7 +131,7 @@ def model_to_evaluate(a) -> tuple[str, dict]:
         if problem:
             raise SystemExit(f"error: {problem}")
         return model_path, {"selected": a.selected, "checkpoint": model_path}
-    from softtokens.run.provenance import made_by_workflow
+    from softtokens.store.provenance import made_by_workflow
 
     return a.model, ({"base_model": a.model} if Path(a.model).exists() and made_by_workflow(a.model) else {})
 
@@ -139,7 +139,7 @@ def model_to_evaluate(a) -> tuple[str, dict]:
 def record_base_model(prov, source: str, revision: str | None, background: bool = False) -> None:
     """A base model as the provenance chain sees it: a job's output (a built base) is an input, already in the
     record; a local directory is a leaf by its content; a hub id a leaf at the commit its weights came from."""
-    from softtokens.run.provenance import hub_leaf, made_by_workflow
+    from softtokens.store.provenance import hub_leaf, made_by_workflow
 
     if not Path(source).exists():
         prov.add_leaf("base_model", hub_leaf(source, revision))
@@ -149,9 +149,9 @@ def record_base_model(prov, source: str, revision: str | None, background: bool 
 
 def grid_config(a) -> tuple[dict, str]:
     """The config of ``--config`` with the grid ``--grid`` names (default: the config's), and its grid
-    file (grids/NAME.yaml), checked as the workflow checks it before any job (commands.workflow.check_grid)."""
-    from softtokens.commands.workflow import check_grid
-    from softtokens.run.config import ConfigError, read_config
+    file (grids/NAME.yaml), checked as the workflow checks it before any job (workflow.startup.check_grid)."""
+    from softtokens.workflow.startup import check_grid
+    from softtokens.config.grids import ConfigError, read_config
 
     try:
         config, files = read_config(a.config, a.grid)

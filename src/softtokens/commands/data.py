@@ -14,8 +14,8 @@ TOY_BASE_KEYS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", 
 
 def cmd_prepare_data(a) -> None:
     from softtokens.data.splits import prepare
-    from softtokens.run.files import write_jsonl
-    from softtokens.run.provenance import Provenance
+    from softtokens.store.files import write_jsonl
+    from softtokens.store.provenance import Provenance
 
     s = parse_settings(a.settings)
     splits = tuple(a.splits.split(","))
@@ -48,9 +48,9 @@ def cmd_build_toy_base(a) -> None:
     from softtokens.engine.cot import CotEngine
     from softtokens.engine.settings import INFERENCE_SETTINGS
     from softtokens.model.toy import build_toy_base
-    from softtokens.run import paths
-    from softtokens.run.files import atomic_dir, write_json
-    from softtokens.run.provenance import Provenance
+    from softtokens.store import paths
+    from softtokens.store.files import atomic_dir, write_json
+    from softtokens.store.provenance import Provenance
     from softtokens.train.validation import greedy_accuracy
 
     s = parse_settings(a.settings)
@@ -91,9 +91,9 @@ def cmd_build_packaged_base(a) -> None:
     import torch
 
     from softtokens.model.packaged import PackageMissing, build_packaged_model, package_leaf
-    from softtokens.run.files import atomic_dir
-    from softtokens.run.names import packaged_name
-    from softtokens.run.provenance import Provenance
+    from softtokens.store.files import atomic_dir
+    from softtokens.config.names import packaged_name
+    from softtokens.store.provenance import Provenance
 
     torch.set_num_threads(a.threads)
     s = parse_settings(a.settings)

@@ -27,10 +27,10 @@ def _math_files(a, ev, model_path: str, inputs: dict, s: dict, expected: dict, b
     job would have written (its record, its identity)."""
     from softtokens.data.rows import read_jsonl
     from softtokens.engine.settings import placement_of
-    from softtokens.run.eval_identity import IDENTITY, SETTING_FIELDS, eval_identity
-    from softtokens.run.files import write_json
-    from softtokens.run.names import COT_KEYS
-    from softtokens.run.provenance import Provenance, hashed_inputs
+    from softtokens.store.eval_identity import IDENTITY, SETTING_FIELDS, eval_identity
+    from softtokens.store.files import write_json
+    from softtokens.config.names import COT_KEYS
+    from softtokens.store.provenance import Provenance, hashed_inputs
 
     cot = {k: s[k] for k in COT_KEYS}  # the grid's (or the run's) CoT settings
     rows = read_jsonl(data)
@@ -60,9 +60,9 @@ def _loglik_file(a, model_path: str, inputs: dict, s: dict, expected: dict, benc
     the process (one evaluated model's every file in one job)."""
     from softtokens.data.rows import read_jsonl
     from softtokens.eval.ood import evaluate_ood
-    from softtokens.run.eval_identity import IDENTITY, LOGLIK, eval_identity
-    from softtokens.run.files import sha256_path, write_json
-    from softtokens.run.provenance import Provenance
+    from softtokens.store.eval_identity import IDENTITY, LOGLIK, eval_identity
+    from softtokens.store.files import sha256_path, write_json
+    from softtokens.store.provenance import Provenance
 
     prov = Provenance("evaluate_loglik", s, inputs={**inputs, "data": data}, params=s)
     prov.expected = expected
@@ -80,7 +80,7 @@ def _loglik_file(a, model_path: str, inputs: dict, s: dict, expected: dict, benc
 
 def cmd_evaluate(a) -> None:
     from softtokens.eval.math_eval import MathEvaluator
-    from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS
+    from softtokens.config.names import COT_KEYS, PLACEMENT_KEYS
 
     s = parse_settings(a.settings)
     require(s, *EVAL_KEYS, *COT_KEYS, *PLACEMENT_KEYS, command="evaluate")
@@ -104,7 +104,7 @@ def cmd_evaluate_model(a) -> None:
     """One evaluated model's every file (evaluation.one_job_per_setting: false): each benchmark under each
     inference setting, then each out-of-domain set, with the model loaded once and the start-up paid once."""
     from softtokens.eval.math_eval import MathEvaluator
-    from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS
+    from softtokens.config.names import COT_KEYS, PLACEMENT_KEYS
 
     s, loglik, plan = parse_settings(a.settings), parse_settings(a.loglik_settings), parse_settings(a.plan)
     require(s, *EVAL_KEYS, *COT_KEYS, *PLACEMENT_KEYS, command="evaluate-model")
@@ -145,6 +145,6 @@ def register(sub) -> None:
     c.add_argument("--settings", required=True, help="the math evaluations' settings (JSON)")
     c.add_argument("--loglik-settings", required=True, help="the out-of-domain evaluations' settings (JSON)")
     c.add_argument("--plan", required=True, help='JSON: {"math": [{"benchmark", "data", "settings", "out"}], '
-                                                 '"ood": [{"benchmark", "data", "out"}]} (run.jobs.model_eval_plan)')
+                                                 '"ood": [{"benchmark", "data", "out"}]} (grid.jobs.model_eval_plan)')
     add_model_args(c)
     c.set_defaults(func=cmd_evaluate_model)

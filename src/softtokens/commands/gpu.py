@@ -19,7 +19,7 @@ def cmd_gpu_check(a) -> int:
     from softtokens.data.sources import loader_kind
     from softtokens.gpucheck.run import DEFAULT_SECTIONS, run_gpu_check, stop_on_signals
     from softtokens.rates.throughput import missing_parts
-    from softtokens.run.config import load_config
+    from softtokens.config.grids import load_config
 
     if not a.smoke:
         if a.device and not a.device.startswith("cuda"):

@@ -70,8 +70,8 @@ def cmd_report(a) -> None:
 def cmd_judge_paper(a) -> None:
     """The paper's claims judged on its own numbers (verdict.paper_verdicts): a job of its own, beside the grid's."""
     from softtokens.cells.paper import PAPER_RESULTS, PaperResultsError, load_paper_results
-    from softtokens.run.files import write_json
-    from softtokens.run.provenance import Provenance
+    from softtokens.store.files import write_json
+    from softtokens.store.provenance import Provenance
     from softtokens.verdict.claims import MarginError, judging_spec
     from softtokens.verdict.paper_verdicts import paper_verdicts
 
@@ -102,9 +102,9 @@ DEFAULT_CONFIG = "config.yaml"
 
 def audit_config(a) -> dict | None:
     """The config each result is held to: --config where given, else the config.yaml of the workflow that made
-    the result (at its record's root, found from the file: run.provenance.record_root), else none."""
+    the result (at its record's root, found from the file: store.provenance.record_root), else none."""
     from softtokens.audit import drift
-    from softtokens.run.provenance import read_record, record_root
+    from softtokens.store.provenance import read_record, record_root
 
     if a.config is not None:
         config = drift.load(a.config)
@@ -122,9 +122,12 @@ def audit_config(a) -> dict | None:
 
 def cmd_audit(a) -> int:
     from softtokens.audit.chain import HASHES_NOTE, audit
+    from softtokens.crate.check import is_crate
 
     if (a.row is None) != (a.column is None):
         raise SystemExit("--row and --column go together (one table cell)")
+    if is_crate(Path(a.path)):
+        return audit_a_crate(a)
     config = audit_config(a)
     if a.rerun or a.rerun_sample:
         from softtokens.audit.rerun import cmd_rerun
@@ -143,6 +146,41 @@ def cmd_audit(a) -> int:
     lines, problems = audit(a.path, config=config)
     print("\n".join(lines))
     print(f"\n{problems} problem(s)" if problems else "\nchain complete: every input present and unchanged")
+    print(HASHES_NOTE)
+    return 1 if problems else 0
+
+
+def audit_a_crate(a) -> int:
+    """`softtokens audit CRATE` (crate.check); with --rerun-sample N, N of its evaluation files made again from the
+    crate alone (it must hold the models' weights: `softtokens crate --with-checkpoints`)."""
+    from softtokens.audit.chain import HASHES_NOTE
+    from softtokens.crate.check import audit_crate, crate_evaluations, opened
+
+    lines, problems = audit_crate(Path(a.path))
+    print("\n".join(lines))
+    print(f"\n{problems} problem(s)" if problems else "\ncrate intact: every file as its metadata names it, every cell "
+          "as its files give it")
+    if a.rerun_sample and not problems:
+        import random
+        import secrets
+
+        from softtokens.audit.rerun import rerun
+
+        with opened(Path(a.path)) as crate:
+            evals = crate_evaluations(crate)
+            seed = a.seed if a.seed is not None else secrets.randbits(32)
+            chosen = sorted(random.Random(seed).sample(evals, min(a.rerun_sample, len(evals))))
+            print(f"--rerun-sample {a.rerun_sample}: drawn with seed {seed}")
+            for f in chosen:
+                try:
+                    o = rerun(f, seed)
+                except RuntimeError as err:
+                    print(f"  {f.relative_to(crate)}: could not be made again from the crate ({str(err)[-300:]}); a "
+                          "crate made with --with-checkpoints holds the weights it needs")
+                    problems += 1
+                    continue
+                print(f"  {f.relative_to(crate)}: {'EQUAL' if o['equal'] else 'DIFFERS: ' + '; '.join(o['differences'][:3])}")
+                problems += not o["equal"]
     print(HASHES_NOTE)
     return 1 if problems else 0
 
@@ -208,7 +246,7 @@ def register(sub) -> None:
     c.set_defaults(func=cmd_ablations)
 
     c = sub.add_parser("sweeps", help="the hyperparameter search's table and figure per model, and its summary")
-    c.add_argument("--settings", required=True, help="JSON: the sweep's runs and their selections (run.jobs)")
+    c.add_argument("--settings", required=True, help="JSON: the sweep's runs and their selections (grid.jobs)")
     c.add_argument("--tables-dir", required=True)
     c.add_argument("--figures-dir", required=True)
     c.add_argument("--summary", required=True, help="the summary JSON the reproduction report reads")

@@ -54,21 +54,21 @@ def cmd_train(a) -> None:
         print("launching: " + " ".join(cmd), flush=True)
         os.execvp(cmd[0], cmd)
     from softtokens.data.rows import read_jsonl
-    from softtokens.run.provenance import Provenance
+    from softtokens.store.provenance import Provenance
     from softtokens.train.config import TrainConfig
     from softtokens.train.loop import Trainer
 
     s = parse_settings(a.settings)
     expected = check_expected(a.expect)
     cfg = TrainConfig.from_settings(s)
-    from softtokens.run.provenance import made_by_workflow
+    from softtokens.store.provenance import made_by_workflow
 
     built = Path(a.base).exists() and made_by_workflow(a.base)   # a built base is an input; else a leaf (below)
     prov = Provenance("train", s, inputs={"train": a.train, "validation": a.validation,
                                           **({"base_model": a.base} if built else {})},
                       seeds={"seed": cfg.seed}, params=s)
     prov.expected = expected
-    from softtokens.run.config import LOGGING_DEFAULTS
+    from softtokens.config.grids import LOGGING_DEFAULTS
 
     logging = None if a.tensorboard is None else {**LOGGING_DEFAULTS, **json.loads(a.logging or "{}")}
     # the job's CPUs shared by its processes (one per GPU): each its own part, none oversubscribed
@@ -93,12 +93,12 @@ def cmd_train(a) -> None:
 
 
 def cmd_select_shared(a) -> None:
-    """A run that is another's name (run.identity): its selection is the other run's, held to computing what this
+    """A run that is another's name (grid.identity): its selection is the other run's, held to computing what this
     name asks for (train.selection.share_problem) before it is written."""
     from softtokens.audit.chain import SHARE_STAGE
-    from softtokens.run.files import write_json
+    from softtokens.store.files import write_json
     from softtokens.commands.common import read_selection
-    from softtokens.run.provenance import Provenance, rel
+    from softtokens.store.provenance import Provenance, rel
     from softtokens.train.selection import SHARED_WITH, share_problem
 
     settings = parse_settings(a.settings)
@@ -118,8 +118,8 @@ def cmd_select(a) -> None:
     if a.share:
         return cmd_select_shared(a)
     from softtokens.audit.chain import SELECT_STAGE
-    from softtokens.run.files import read_jsonl, write_json
-    from softtokens.run.provenance import Provenance, rel
+    from softtokens.store.files import read_jsonl, write_json
+    from softtokens.store.provenance import Provenance, rel
     from softtokens.train.selection import (
         FLOOR,
         CheckpointError,
@@ -186,8 +186,8 @@ def cmd_plan(a) -> None:
     from softtokens.cost.forecast import forecast_text, load_throughput
     from softtokens.data.sources import loader_kind
     from softtokens.report.page import our_tables
-    from softtokens.run.config import load_config
-    from softtokens.sizing.host import host_table
+    from softtokens.config.grids import load_config
+    from softtokens.grid.memory import host_table
     from softtokens.sizing.plan import (
         DEFAULT_MARGIN,
         USABLE_SHARE,
@@ -229,7 +229,7 @@ def cmd_plan(a) -> None:
     gpu_grid = config["grids"][grid].get("memory_plan", {}).get("gpu_memory_gb")
     if written["grids"][grid].get("sweep") and gpu_grid:   # the search: its runs, a cheaper reading, what it gives up
         from softtokens.cost.bill import sweep_text
-        from softtokens.run.config import read_config
+        from softtokens.config.grids import read_config
 
         print(sweep_text(read_config(a.config, grid)[0], grid, rates, loader_kind))
     try:
@@ -242,8 +242,8 @@ def cmd_config(a) -> None:
     """Each training cell's resolved RL settings, and what differs from the paper's."""
     import yaml
 
-    from softtokens.run.config import PAPER_RL, cell_rl
-    from softtokens.run.readings import READINGS
+    from softtokens.config.grids import PAPER_RL, cell_rl
+    from softtokens.config.readings import READINGS
 
     config, grid = grid_config(a)
     cells = {}
@@ -253,7 +253,7 @@ def cmd_config(a) -> None:
         cells[name] = rl if a.full else {k: v for k, v in rl.items() if v != PAPER_RL[k]}
     print(f"# grid {grid}: RL settings per training cell" + ("" if a.full else ", where they differ from the paper's"))
     print(yaml.safe_dump(cells, sort_keys=False).rstrip())
-    print("# readings of what the paper does not say (run.config.READINGS), as this grid sets them:")
+    print("# readings of what the paper does not say (config.grids.READINGS), as this grid sets them:")
     for key, (why, alternative) in READINGS.items():
         values = sorted({str(cell_rl(config, grid, c["model"], c["dataset"], c.get("variant", ""))[key])
                          for c in config["grids"][grid]["training"]} or {str(PAPER_RL[key])})
@@ -280,7 +280,7 @@ def register(sub) -> None:
     for arg in ("--metrics", "--checkpoints"):
         c.add_argument(arg)
     c.add_argument("--out", required=True)
-    c.add_argument("--share", help="the selected.json of the run this one is (the same settings: run.identity)")
+    c.add_argument("--share", help="the selected.json of the run this one is (the same settings: grid.identity)")
     c.add_argument("--settings", help="with --share: this run's settings, held against the shared run's")
     c.set_defaults(func=cmd_select)
 

@@ -16,12 +16,11 @@ from softtokens.cost.forecast import (
     forecast_jobs,
 )
 from softtokens.rates.throughput import DEFAULT, DEFAULT_FILES
-from softtokens.run import paths
-from softtokens.run.config import cell_rl, check_config
-from softtokens.run.jobs import GridJobs
-from softtokens.run.paths import Run
-from softtokens.run.sweeps import SWEPT
-from softtokens.sizing.gpus import resolve_gpus
+from softtokens.store import paths
+from softtokens.config.grids import check_config
+from softtokens.grid.jobs import GridJobs
+from softtokens.store.paths import Run
+from softtokens.config.sweeps import SWEPT
 
 # the choices the bill is recomputed under (each on its own, the rest as the grid sets them): the GPUs of a
 # training run (sizing.gpus.resolve_gpus) and the resume-save interval in steps (train.config.save_schedule)
@@ -81,11 +80,6 @@ def paper_budget(steps: list[int]) -> dict:
                          f"{', '.join(f'{n:,}' for n in sorted(set(steps)))}-step runs")}
 
 
-def run_steps(config: dict, grid_name: str) -> list[int]:
-    jobs = GridJobs({**config, "grid": grid_name})
-    return [cell_rl(config, grid_name, r.model, r.dataset, r.variant)["steps"] for r in jobs.trained_runs()]
-
-
 def measurements(rates: Throughput) -> list[str]:
     """The committed files the rates were read from (the default's), or the report given (--throughput)."""
     return list(DEFAULT_FILES) if rates is DEFAULT else [rates.source]
@@ -98,7 +92,7 @@ def bill_json(config: dict, grid_name: str, rates: Throughput) -> dict:
     jobs = forecast_jobs(config, grid_name, rates)
     train = jobs[jobs.rule == "train"]
     table = bill(jobs)
-    gpus = resolve_gpus(copy.deepcopy(config), grid_name)
+    gpus = jobs.attrs["gpus_per_run"]   # as the forecast resolved them (sizing.gpus)
     return {
         "grid": grid_name,
         "gpu_hours": float(jobs.gpu_hours.sum()),
@@ -110,7 +104,7 @@ def bill_json(config: dict, grid_name: str, rates: Throughput) -> dict:
                           "best_at_most": sorted({int(x) for x in train.saves_best})},
         "rates": {"source": rates.source, "measurements": measurements(rates),
                   "staging_GBps": rates.staging_GBps},
-        "paper_budget": paper_budget(run_steps(config, grid_name)),
+        "paper_budget": paper_budget([int(n) for n in train.steps]),
         "levers": levers(config, grid_name, rates),
     }
 
@@ -178,7 +172,7 @@ def sweep_text(raw: dict, grid_name: str, rates: Throughput, loader_kind) -> str
     config = copy.deepcopy(raw)
     check_config(config, loader_kind)
     jobs = GridJobs({**config, "grid": grid_name})
-    runs = {(r.model, r.dataset, r.mode, r.variant, r.seed) for r in jobs.sweep_runs}
+    runs = {(r.model, r.dataset, r.mode, r.variant, r.seed) for r in jobs.sweep.runs}
     shared = {r for r in runs if not r[3]}
     priced = forecast_jobs(config, grid_name, rates)
     full = float(priced.gpu_hours.sum())
@@ -188,12 +182,12 @@ def sweep_text(raw: dict, grid_name: str, rates: Throughput, loader_kind) -> str
     check_config(cheap_config, loader_kind)
     cheap_jobs = forecast_jobs(cheap_config, grid_name, rates)
     cheap = GridJobs({**cheap_config, "grid": grid_name})
-    cheap_runs = {Run(r.model, r.dataset, r.mode, r.variant, r.seed) for r in cheap.sweep_runs}
+    cheap_runs = {Run(r.model, r.dataset, r.mode, r.variant, r.seed) for r in cheap.sweep.runs}
     same = {r for r in runs if Run(*r) in jobs.shared}
     cheap_same = cheap_runs & set(cheap.shared)
     lines = ["", f"the hyperparameter search: {len(runs)} runs of the sweep, {len(shared)} of them the reused grid's "
                  f"own (a swept value equal to its own: trained once, shared)"
-                 + (f" and {len(same)} another grid's run under another name (the same settings: run.identity)"
+                 + (f" and {len(same)} another grid's run under another name (the same settings: grid.identity)"
                     if same else "")
                  + f", {full:,.0f} GPU-hours as this grid reads the paper (docs/protocol.md), {full - shared_h:,.0f} "
                    "once the reused grid has run",

@@ -45,12 +45,12 @@ from softtokens.rates.throughput import (
     throughput_from_gpu_check,
 )
 from softtokens.reward.pool import pool_size
-from softtokens.run import paths
-from softtokens.run.config import cell_rl
-from softtokens.run.identity import shared_note
-from softtokens.run.readings import validation_cot_cap
-from softtokens.run.jobs import GPU_KINDS, GridJobs, train_processes
-from softtokens.run.names import is_sampled, setting_mode
+from softtokens.config.names import is_sampled, setting_mode
+from softtokens.config.settings import CellSettings
+from softtokens.grid.identity import shared_note
+from softtokens.grid.jobs import GridJobs
+from softtokens.grid.resources import GPU_KINDS
+from softtokens.store import paths
 from softtokens.sizing.gpus import with_resolved_gpus
 from softtokens.sizing.plan import grid_architecture, resolve_memory
 from softtokens.train.config import save_schedule
@@ -171,27 +171,23 @@ def _batches(rows: int, batch: int) -> tuple[int, int]:
     return max(1, math.ceil(rows / batch)), min(rows, batch)
 
 
-def train_seconds(jobs: GridJobs, config: dict, grid_name: str, run, rates: Throughput) -> dict[str, float]:
-    """A training run's forecast seconds by part (module docstring), on its P GPUs."""
-    grid = jobs.grid
-    rl = resolve_memory(config, grid_name, run.model, cell_rl(config, grid_name, run.model, run.dataset, run.variant),
-                        run.mode != "hard")
-    P, n = train_processes(grid, run.model), rl["prompts_per_step"] * rl["samples_per_prompt"]
-    S = rl["cot_max_tokens"] + PREFILL_TOKENS + rl["answer_max_tokens"]
-    prompt, _ = prompt_tokens(jobs, run.model, run.dataset, "train")
-    rollout = S * rates.decode_s(run.mode, math.ceil(n / P))
+def train_seconds(jobs: GridJobs, cell: CellSettings, rates: Throughput) -> dict[str, float]:
+    """A training run's forecast seconds by part (module docstring), on its P GPUs (``cell``: its settings resolved
+    once, grid.jobs.GridJobs.cell)."""
+    rl, P, n = cell.rl, cell.processes, cell.rows_per_step
+    S = cell.decode_steps + PREFILL_TOKENS
+    prompt, _ = prompt_tokens(jobs, cell.model, cell.dataset, "train")
+    rollout = S * rates.decode_s(cell.mode, math.ceil(n / P))
     micro_batches = math.ceil(math.ceil(n / P) / rl["micro_batch_size"])
-    update = rates.update_s(run.mode, n * (prompt + S), P, bool(rl["activation_checkpointing"]), micro_batches)
-    validations = 1 + math.ceil(rl["steps"] / rl["val_every"])
-    val_rows = min(rl["val_size"], grid["datasets"][run.dataset].get("validation_size", rl["val_size"]))
+    update = rates.update_s(cell.mode, n * (prompt + S), P, bool(rl["activation_checkpointing"]), micro_batches)
     # greedy validation decodes a process's rows through its val_batch_size slots, in waves (the plan's choice)
-    waves, at_once = _batches(math.ceil(val_rows / P), int(rl["val_batch_size"]))
-    S_val = validation_cot_cap(rl, grid["evaluation"]) + PREFILL_TOKENS + rl["answer_max_tokens"]
-    validation = validations * waves * S_val * rates.decode_s(run.mode, at_once)
+    waves, at_once = _batches(math.ceil(cell.validation_rows / P), int(rl["val_batch_size"]))
+    validation = cell.validations * waves * (cell.validation_decode_steps + PREFILL_TOKENS) * rates.decode_s(
+        cell.mode, at_once)
     # a step's answers (and a validation's) graded by the process's workers while its GPU waits (reward.pool)
-    workers = pool_size(max(1, jobs.threads("train", run.model) // P))
-    per_answer = math.ceil(n / P / workers) / GRADING_ANSWERS_PER_S
-    grading = rl["steps"] * per_answer + validations * math.ceil(val_rows / P / workers) / GRADING_ANSWERS_PER_S
+    workers = pool_size(max(1, jobs.threads("train", cell.model) // P))
+    grading = (rl["steps"] * math.ceil(n / P / workers)
+               + cell.validations * math.ceil(cell.validation_rows / P / workers)) / GRADING_ANSWERS_PER_S
     compute = rl["steps"] * (rollout + update) + validation + grading
     # the saves the loop makes (train.config.save_schedule: the last one its weights alone), each blocking the run
     # only while staged to host memory (train.resume writes it in the background); a best at most per validation
@@ -208,7 +204,7 @@ TRAIN_PHASES = ("rollout", "update", "validation", "grading", "saves")
 PHASES = (*TRAIN_PHASES, "evaluate", "loglik")
 PHASE_OF_RULE = {"evaluate": "evaluate", "evaluate_loglik": "loglik"}
 JOB_COLUMNS = ["job", "rule", "model", "wall_s", "gpus", "gpu_hours", "step_s", *(f"{p}_gpu_h" for p in PHASES),
-               "saves_latest", "saves_best"]
+               "saves_latest", "saves_best", "steps"]
 
 
 def forecast_jobs(config: dict, grid_name: str, rates: Throughput = DEFAULT) -> pd.DataFrame:
@@ -216,26 +212,27 @@ def forecast_jobs(config: dict, grid_name: str, rates: Throughput = DEFAULT) -> 
     kind, model, GPUs, forecast wall seconds and GPU-hours (GPUs 0 on a grid that declares none) and where
     they go (``<phase>_gpu_h``, PHASES); a training run also its seconds per RLOO step (``step_s``) and the
     saves it makes (``saves_latest``, ``saves_best``: train.config.save_schedule)."""
-    config = with_resolved_gpus(config, grid_name)   # gpus_per_run: the GPUs each run would take
-    jobs = GridJobs({**config, "grid": grid_name})
+    config, chosen = with_resolved_gpus(config, grid_name)   # gpus_per_run: the GPUs each run would take
+    jobs = GridJobs({**config, "grid": grid_name}, resolve_rl=resolve_memory)   # each cell's `auto` chosen once
     grid, ev = jobs.grid, jobs.eval
     gpus = jobs.ledger_gpus()
     params = {m: grid_architecture(grid, m).parameters for m in grid["models"]}
     rows = []
 
     def add(rule: str, job: str, model: str, wall: float, n_gpus: int, step_s: float = float("nan"),
-            phases: dict | None = None, saves: tuple = (0, 0)) -> None:
+            phases: dict | None = None, saves: tuple = (0, 0), steps: int = 0) -> None:
         phases = phases or {PHASE_OF_RULE[rule]: wall}
         rows.append({"job": paths.job_id(rule, job), "rule": rule, "model": model, "wall_s": wall, "gpus": n_gpus,
                      "gpu_hours": wall * n_gpus / 3600, "step_s": step_s,
                      **{f"{p}_gpu_h": phases.get(p, 0.0) * n_gpus / 3600 for p in PHASES},
-                     "saves_latest": saves[0], "saves_best": saves[1]})
+                     "saves_latest": saves[0], "saves_best": saves[1], "steps": steps})
 
-    for run in jobs.trained_runs():   # a run that is another's name is trained once (run.identity)
-        t = train_seconds(jobs, config, grid_name, run, rates.scaled_to(params[run.model]))
+    for run in jobs.names.trained_runs():   # a run that is another's name is trained once (grid.identity)
+        cell = jobs.cell(run)
+        t = train_seconds(jobs, cell, rates.scaled_to(params[run.model]))
         add("train", run.wildcards, run.model, t["total"], gpus["train"][run.model],
             t["rollout_step"] + t["update_step"], {p: t[p] for p in TRAIN_PHASES},
-            (t["saves_latest"], t["saves_best"]))
+            (t["saves_latest"], t["saves_best"]), steps=int(cell.rl["steps"]))
     S = ev["cot_max_tokens"] + PREFILL_TOKENS + ev["answer_max_tokens"]
     for model, trained in jobs.evaluated_models():
         t = rates.scaled_to(params[model])
@@ -260,7 +257,9 @@ def forecast_jobs(config: dict, grid_name: str, rates: Throughput = DEFAULT) -> 
                     gpus["evaluate_loglik"])
         if not ev["one_job_per_setting"]:
             add("evaluate", paths.model_eval_job(model, trained), model, whole, gpus["evaluate"])
-    return pd.DataFrame(rows, columns=JOB_COLUMNS)
+    out = pd.DataFrame(rows, columns=JOB_COLUMNS)
+    out.attrs["gpus_per_run"] = chosen   # {model: (GPUs, why)}: what the bill says of each model's runs
+    return out
 
 
 def by_kind(jobs: pd.DataFrame) -> pd.DataFrame:
@@ -385,10 +384,8 @@ def forecast_text(config: dict, grid_name: str, rates: Throughput, nodes: int, g
                  f"{wall_clock_hours(jobs, nodes, gpus_per_node):,.1f} h "
                  "(GPU-hours spread over the GPUs, at least the longest training run then the longest evaluation)")
     lines += prompt_sources(config, grid_name)
-    grid_jobs = GridJobs({**config, "grid": grid_name})
-    steps = [cell_rl(config, grid_name, r.model, r.dataset, r.variant)["steps"] for r in grid_jobs.trained_runs()]
-    lines += paper_cost_text(jobs, steps)
-    note = shared_note(grid_jobs)
+    lines += paper_cost_text(jobs, [int(n) for n in jobs.steps[jobs.rule == "train"]])
+    note = shared_note(GridJobs({**config, "grid": grid_name}))
     return "\n".join(lines + ([f"\n{note}"] if note else []))
 
 

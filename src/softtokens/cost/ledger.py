@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from softtokens.run.paths import EVAL_JOB, eval_job, eval_run, job_id, model_eval_job
+from softtokens.store.paths import EVAL_JOB, eval_job, eval_run, job_id, model_eval_job
 
 LEDGER_COLUMNS = ["job", "rule", "wall_s", "cpu_s", "max_rss_mb", "gpus", "gpu_hours", "cpu_hours"]
 

@@ -346,7 +346,7 @@ class LoaderKind(NamedTuple):
 
 
 def loader_kind(loader: str) -> LoaderKind:
-    """A loader's kind, splits and whether it is generated, the toy ones included (run.config.check_config
+    """A loader's kind, splits and whether it is generated, the toy ones included (config.grids.check_config
     is handed this: the data layer's registry of loaders is the one list)."""
     if loader in GENERATED:
         return LoaderKind(*GENERATED[loader], generated=True)
@@ -360,8 +360,8 @@ def check_local_sources(config: dict, grid_name: str) -> None:
     """Every dataset of the grid read from a local copy (`path:`) whose prepared files do not exist
     yet: each split it will read must be there. Called when the workflow is parsed, so a dry run
     refuses a missing copy, naming the key, instead of the first job failing on it."""
-    from softtokens.run.config import ConfigError
-    from softtokens.run.paths import data_path
+    from softtokens.config.grids import ConfigError
+    from softtokens.store.paths import data_path
 
     grid = config["grids"][grid_name]
     for name, spec in grid["datasets"].items():

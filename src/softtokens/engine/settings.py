@@ -7,13 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from softtokens.run.config import PAPER_RL
-from softtokens.run.names import (
-    CONTINUOUS_MODES,
-    COT_KEYS,
-    PLACEMENTS,
-    SETTINGS,
-)
+from softtokens.config.grids import PAPER_RL
+from softtokens.config.names import CONTINUOUS_MODES, COT_KEYS, PLACEMENTS, SETTINGS
 
 
 class CotSetting(NamedTuple):
@@ -67,7 +62,7 @@ def cot_settings(cot: Mapping) -> dict[str, CotSetting]:
         raise KeyError(f"CoT settings need {', '.join(COT_KEYS)}; missing {', '.join(missing)}")
     gamma = float(cot["noise_factor"])
     out = {}
-    for name, spec in SETTINGS.items():  # run.names: what each setting is
+    for name, spec in SETTINGS.items():  # config.names: what each setting is
         mode, continuous = spec.mode, spec.mode in CONTINUOUS_MODES
         tau = float(cot[f"{mode}_temperature"]) if spec.temperature is None else float(spec.temperature)
         # greedy: hard at tau = 0 (argmax), soft / fuzzy at their tau without noise; sample: hard at

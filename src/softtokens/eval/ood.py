@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from softtokens.data.prompt import format_prompt
 
-# what each of run.names.OOD_PROTOCOLS measures (recorded in every result)
+# what each of config.names.OOD_PROTOCOLS measures (recorded in every result)
 PROTOCOLS = {
     "generative": "success rate of the hard greedy CoT's boxed answer (an option letter or text) under the paper's "
                   "task prompt with lettered options, zero-shot",

@@ -66,7 +66,7 @@ def check_shape(config: dict, smoke: bool, modes: tuple[str, ...], steps: int | 
                 eval_cot: int | None = None) -> CheckShape:
     """The paper grid's llama-3b x math cell and its evaluation, from config.yaml (one home for
     the paper's numbers); --smoke keeps every setting but the sizes."""
-    from softtokens.run.config import cell_rl
+    from softtokens.config.grids import cell_rl
     from softtokens.sizing.plan import resolve_memory
 
     grid = config["grids"]["paper"]
@@ -113,9 +113,9 @@ class Report:
         return bool(applied) and all(c["passed"] for c in applied)
 
     def write(self) -> None:
-        """gpu_check.json and .md, each written whole and renamed into place (run.files): a run cut at any
+        """gpu_check.json and .md, each written whole and renamed into place (store.files): a run cut at any
         second leaves a valid file of everything measured so far, ``complete`` false until the end."""
-        from softtokens.run.files import write_json, write_text
+        from softtokens.store.files import write_json, write_text
 
         self.out.mkdir(parents=True, exist_ok=True)
         failed = [f"{c['section']}: {c['check']}" for c in self.checks if c["passed"] is False]

@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from softtokens.run.files import directory_sha256, hashed_files, sha256_file, sha256_files, write_text
+from softtokens.store.files import directory_sha256, hashed_files, sha256_file, sha256_files, write_text
 
 STATE_FILE = "trainer_state.json"
 
@@ -127,7 +127,7 @@ def checkpoint_problem(checkpoint: str | Path, content: bool = False) -> str | N
 
 
 def manifest_files(checkpoint: str | Path) -> dict[str, str] | None:
-    """Every file the directory's hash covers (run.files.hashed_files) -> its sha256, from the manifest
+    """Every file the directory's hash covers (store.files.hashed_files) -> its sha256, from the manifest
     and the state file's own hash; None where the manifest holds no hashes or does not list every file."""
     checkpoint = Path(checkpoint)
     state, problem = _state_or_problem(checkpoint)
@@ -141,7 +141,7 @@ def manifest_files(checkpoint: str | Path) -> dict[str, str] | None:
 
 
 def manifest_sha256(checkpoint: str | Path, parts: tuple[str, ...] = ()) -> str | None:
-    """The directory's sha256 (run.files.sha256_path) from its manifest, without a second read of its
+    """The directory's sha256 (store.files.sha256_path) from its manifest, without a second read of its
     files; ``parts``: a directory of checkpoints instead (a run's ``checkpoints/``: best, latest)."""
     checkpoint = Path(checkpoint)
     if not parts:

@@ -83,7 +83,7 @@ def _site() -> str:
 
 def package_leaf(name: str) -> dict:
     """The record of what a build reads from outside the workflow (audit.leaves checks it again)."""
-    from softtokens.run.files import sha256_file
+    from softtokens.store.files import sha256_file
 
     spec, path = packaged(name), packaged_file(name)
     digest = sha256_file(path)

@@ -26,7 +26,7 @@ import statistics
 from dataclasses import dataclass, replace
 
 from softtokens.data.prompt import PREFILL_TOKENS
-from softtokens.run.names import CONTINUOUS_MODES, MODES, setting_mode
+from softtokens.config.names import CONTINUOUS_MODES, MODES, setting_mode
 
 # host memory a save's state is copied to per second (pageable copies on an H100 node; a stated value: no
 # gpu-check measures the staging yet): what an asynchronous save costs the run it blocks

@@ -21,13 +21,13 @@ import pandas as pd
 from softtokens.cells.results import load_eval_frame, mean_std_text, parse_mean_std
 from softtokens.report.figures import _save_fig
 from softtokens.report.tables import setting_columns, write_table
-from softtokens.run import paths
-from softtokens.run.names import table_settings
-from softtokens.run.paths import arm as arm_name
-from softtokens.run.paths import parse_run_path
-from softtokens.run.provenance import Provenance
+from softtokens.store import paths
+from softtokens.config.names import table_settings
+from softtokens.store.paths import arm as arm_name
+from softtokens.store.paths import parse_run_path
+from softtokens.store.provenance import Provenance
 
-# (setting, metric, column title) of the paper's nine ablation columns, from run.names's registry
+# (setting, metric, column title) of the paper's nine ablation columns, from config.names's registry
 # ("pass@n": n is put in when the table is made)
 COLUMNS = [(s, metric, title) for (s, metric), title in setting_columns(list(table_settings()), "n").items()]
 PLACEMENT_NAMES = {"embedding": "Embedding", "hidden": "Final Hidden", "logits": "Logits"}

@@ -177,10 +177,10 @@ def choices_frame() -> pd.DataFrame:
 
 
 def readings_frame(config: dict | None, grid: str) -> pd.DataFrame:
-    """The settings that read what the paper does not say (run.config.READINGS): this grid's value, why the default,
+    """The settings that read what the paper does not say (config.grids.READINGS): this grid's value, why the default,
     and the alternative one setting away."""
-    from softtokens.run.config import PAPER_RL, resolved_rl
-    from softtokens.run.readings import READINGS
+    from softtokens.config.grids import PAPER_RL, resolved_rl
+    from softtokens.config.readings import READINGS
 
     rl = resolved_rl(config, grid) if config and grid in config.get("grids", {}) else PAPER_RL
     return pd.DataFrame([{"setting": f"rl.{key}", "this grid": str(rl.get(key, PAPER_RL[key])), "why": why,

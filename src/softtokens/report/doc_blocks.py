@@ -40,13 +40,13 @@ def dry_run_counts(root: Path, *args: str) -> dict[str, int]:
 
 def paper_plan_block(root: Path) -> str:
     """What `snakemake --profile slurm -n` plans for the paper grid, rule by rule, from the dry run, with
-    what each rule's jobs are, from the grid (run.jobs)."""
+    what each rule's jobs are, from the grid (grid.jobs)."""
     import pandas as pd
     import yaml
 
     from softtokens.data.sources import loader_kind
-    from softtokens.run.config import check_config
-    from softtokens.run.jobs import GridJobs
+    from softtokens.config.grids import check_config
+    from softtokens.grid.jobs import GridJobs
 
     config = yaml.safe_load((root / "config.yaml").read_text())
     config["grid"] = "paper"
@@ -89,7 +89,7 @@ def paper_memory_plan_block(root: Path) -> str:
     import yaml
 
     from softtokens.data.sources import loader_kind
-    from softtokens.run.config import check_config
+    from softtokens.config.grids import check_config
     from softtokens.sizing.gpus import resolve_gpus
     from softtokens.sizing.plan import grid_plan, plan_budget, plan_table
 
@@ -164,7 +164,7 @@ def mini_forecast_block(root: Path) -> str:
 
     from softtokens.cost.forecast import forecast_jobs
     from softtokens.data.sources import loader_kind
-    from softtokens.run.config import check_config
+    from softtokens.config.grids import check_config
 
     config = yaml.safe_load((root / "config.yaml").read_text())
     check_config(config, loader_kind)
@@ -281,7 +281,7 @@ def claims_budget_block(root: Path) -> str:
 
     from softtokens.cells.paper import load_paper_results
     from softtokens.data.sources import loader_kind
-    from softtokens.run.config import check_config
+    from softtokens.config.grids import check_config
     from softtokens.verdict.claim_plan import plan_claims, plan_text
 
     config = yaml.safe_load((root / "config.yaml").read_text())

@@ -1,7 +1,7 @@
 """Figures (PNG and PDF) from training metrics and evaluation results: per (model, training set)
 the training curves, per (model, training set, benchmark) the pass@k curves and the CoT entropy
 profile. Each figure is a target of its own (one job each in the workflow); which settings a panel
-shows comes from run.names's registry, never from a setting's spelling."""
+shows comes from config.names's registry, never from a setting's spelling."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 
 from softtokens.report.tables import MODE_ORDER
-from softtokens.run import paths
-from softtokens.run.files import atomic_path
-from softtokens.run.names import DECODINGS, SETTINGS, setting_label, table_settings
-from softtokens.run.paths import parse_eval_path, parse_run_path
-from softtokens.run.provenance import Provenance
+from softtokens.store import paths
+from softtokens.store.files import atomic_path
+from softtokens.config.names import DECODINGS, SETTINGS, setting_label, table_settings
+from softtokens.store.paths import parse_eval_path, parse_run_path
+from softtokens.store.provenance import Provenance
 
 # ---------------------------------------------------------------- figures
 # one colour per training mode in every figure (seaborn's colour-blind palette; the base model grey)
@@ -175,7 +175,7 @@ FIGURES = {"training": training_figure, "passk": passk_figure_of, "entropy": ent
 
 
 def write_figure(spec: dict, metrics_paths: list[Path], eval_paths: list[Path], out_dir: Path, settings: dict) -> Path:
-    """One figure (``spec``: kind, model, dataset and, per run, benchmark; run.targets.figure_specs)
+    """One figure (``spec``: kind, model, dataset and, per run, benchmark; grid.targets.figure_specs)
     as PNG and PDF, with provenance."""
     import matplotlib.pyplot as plt
 
@@ -218,7 +218,7 @@ def figure_groups(df: pd.DataFrame):
 
 def setting_grid(present) -> tuple[list[tuple], list[str], dict]:
     """The panels of a per-setting figure: columns (CoT mode, temperature override), rows decodings,
-    and which setting sits at (column, row), in run.names's order."""
+    and which setting sits at (column, row), in config.names's order."""
     cols, rows, at = [], [], {}
     for name in table_settings():
         spec = SETTINGS[name]

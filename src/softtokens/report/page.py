@@ -44,9 +44,9 @@ from softtokens.report.first_screen import (
 from softtokens.report.render import MISSING, to_html, to_markdown
 from softtokens.report.sweeps import sweep_blocks
 from softtokens.report.tables import main_settings, table_html
-from softtokens.run import paths
-from softtokens.run.files import read_json, write_text
-from softtokens.run.provenance import Provenance, config_hash, git_state, read_record
+from softtokens.store import paths
+from softtokens.store.files import read_json, write_text
+from softtokens.store.provenance import Provenance, config_hash, git_state, read_record
 from softtokens.verdict import claims, judging, reproduction
 from softtokens.verdict.choices import MARGINS, Spec
 from softtokens.verdict.judging import passk_metric

@@ -14,9 +14,9 @@ import pandas as pd
 from softtokens.cells.paper import PAPER_SEARCH
 from softtokens.report.figures import _save_fig
 from softtokens.report.tables import write_table
-from softtokens.run import paths
-from softtokens.run.files import write_json
-from softtokens.run.provenance import Provenance
+from softtokens.store import paths
+from softtokens.store.files import write_json
+from softtokens.store.provenance import Provenance
 from softtokens.search.selection import COMBINED, Search, Selection, across_modes, combine, select, value_text
 
 PARAM_TITLES = {"learning_rate": "learning rate", "noise_factor": "noise factor γ"}

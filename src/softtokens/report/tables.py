@@ -13,17 +13,24 @@ from pathlib import Path
 import pandas as pd
 
 from softtokens.cells.results import load_eval_frame, load_loglik_frame, main_cells, mean_std_text
-from softtokens.run import paths
-from softtokens.run.files import write_text
-from softtokens.run.names import TABLE_MODES, is_sampled, setting_decoding, setting_label, settings_of, table_settings
-from softtokens.run.provenance import Provenance, rel
+from softtokens.store import paths
+from softtokens.store.files import write_text
+from softtokens.config.names import (
+    TABLE_MODES,
+    is_sampled,
+    setting_decoding,
+    setting_label,
+    settings_of,
+    table_settings,
+)
+from softtokens.store.provenance import Provenance, rel
 
 # rows: the base model ('none'), then the trainings in the paper's order
 MODE_ORDER = ["none", *TABLE_MODES]
 
 
 def main_settings() -> list[str]:
-    """Table 1's settings: those whose CoT is hard (run.names decides, in its order)."""
+    """Table 1's settings: those whose CoT is hard (config.names decides, in its order)."""
     return list(settings_of(("hard",)))
 
 

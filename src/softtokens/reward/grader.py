@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import NamedTuple
 
-from softtokens.run.config import PAPER_RL
+from softtokens.config.grids import PAPER_RL
 
 REWARD_CORRECT, REWARD_BOXED_WRONG, REWARD_NO_BOX = 100.0, 10.0, 0.0
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
 from softtokens.cells.spread import proportion_var
-from softtokens.run.sweeps import SWEPT, variant_name
+from softtokens.config.sweeps import SWEPT, variant_name
 
 ALPHA = 0.05   # family-wise, two-sided, over a search's comparisons with its winner (a stated choice)
 COMBINED = "all train sets"   # the dataset slot of a per-model selection

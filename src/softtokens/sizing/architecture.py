@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from softtokens.model.packaged import PACKAGED, packaged
-from softtokens.run.names import TOY_SOURCE, packaged_name
+from softtokens.config.names import TOY_SOURCE, packaged_name
 
 ARCHITECTURES = Path(__file__).resolve().parents[1] / "architectures"
 
@@ -148,7 +148,7 @@ def check_model_sources(config: dict, grid_name: str, config_files=()) -> None:
     closest of them."""
     import difflib
 
-    from softtokens.run.config_text import ConfigError, key_lines
+    from softtokens.config.text import ConfigError, key_lines
 
     lines = key_lines(config_files)
     shipped = shipped_models()

@@ -6,8 +6,8 @@ same rows over the processes), so neither does the result beyond reduction order
 
 from __future__ import annotations
 
-from softtokens.run.config import cell_rl
-from softtokens.run.jobs import train_processes
+from softtokens.config.grids import cell_rl
+from softtokens.config.grids import train_processes
 from softtokens.sizing.plan import (
     PREFERRED_MICRO_BATCH,
     grid_architecture,
@@ -73,11 +73,8 @@ def resolve_gpus(config: dict, grid_name: str) -> dict:
     return out
 
 
-def with_resolved_gpus(config: dict, grid_name: str) -> dict:
-    """``config`` with the grid's ``gpus_per_run`` applied (resolve_gpus) on a copy of the grid, so a forecast
-    of a config that did not pass through the workflow's checks counts the GPUs the jobs would take."""
-    if config["grids"][grid_name].get("gpus_per_run", "paper") == "paper":
-        return config
+def with_resolved_gpus(config: dict, grid_name: str) -> tuple[dict, dict]:
+    """(``config`` with the grid's ``gpus_per_run`` applied on a copy of the grid, {model: (GPUs, why)}: resolve_gpus),
+    so a forecast of a config that did not pass through the workflow's checks counts the GPUs the jobs would take."""
     out = {**config, "grids": {**config["grids"], grid_name: dict(config["grids"][grid_name])}}
-    resolve_gpus(out, grid_name)
-    return out
+    return out, resolve_gpus(out, grid_name)

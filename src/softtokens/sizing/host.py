@@ -90,10 +90,10 @@ def gb(n: float) -> str:
 
 # ---------------------------------------------------------------- a grid's jobs
 class HostPlan:
-    """Each job's host memory in one grid (what run.jobs.GridJobs declares as its mem_mb)."""
+    """Each job's host memory in one grid (what grid.jobs.GridJobs declares as its mem_mb)."""
 
     def __init__(self, config: dict, grid_name: str):
-        from softtokens.run.config import EVAL_DEFAULTS, resolved_rl
+        from softtokens.config.grids import EVAL_DEFAULTS, resolved_rl
 
         self.config, self.name = config, grid_name
         self.grid = config["grids"][grid_name]
@@ -108,8 +108,8 @@ class HostPlan:
         self.graders = pool_size(int(train.get("cpus_per_gpu", 1)) if self.on_gpu else 1)
 
     def train(self, model: str, dataset: str, arm: str, main: bool = True) -> dict[str, float]:
-        from softtokens.run.config import cell_grid, cell_rl
-        from softtokens.run.paths import parse_arm
+        from softtokens.config.grids import cell_grid, cell_rl
+        from softtokens.store.paths import parse_arm
         from softtokens.sizing.plan import grid_architecture, resolve_memory, train_job_for
 
         mode, variant = parse_arm(arm)
@@ -135,7 +135,7 @@ class HostPlan:
 
     def train_job_bytes(self, model: str, dataset: str, arm: str) -> float:
         """A training job's host peak over all its processes: they load at once; the main one stages the saves."""
-        from softtokens.run.jobs import train_processes
+        from softtokens.config.grids import train_processes
 
         main = self.train(model, dataset, arm)
         if not self.on_gpu:
@@ -174,32 +174,3 @@ def machine_memory() -> tuple[int, int]:
     except (OSError, ValueError):
         pass
     return total, max(available, 0)
-
-
-def host_table(config: dict, grid_name: str) -> str:
-    """`softtokens plan`'s host memory: per training cell and evaluated model, a process's peak by phase, and what
-    the job declares (mem_mb: Snakemake's bound on one machine, the SLURM request on a cluster)."""
-    from types import SimpleNamespace
-
-    from softtokens.run.jobs import GridJobs, train_processes
-
-    plan, jobs = HostPlan(config, grid_name), GridJobs({**config, "grid": grid_name})
-    lines = [f"host memory ({'per GPU process' if plan.on_gpu else 'one CPU process a job'}; GB): the peak of each "
-             "phase, and what the job declares (x processes, x 1.1)",
-             "| job | processes | loading | rollout / update or staging a save | peak | declares (MB) |",
-             "|---|---|---|---|---|---|"]
-    cells = sorted({(r.model, r.dataset, r.mode) for r in jobs.training_runs()})
-    for model, dataset, mode in cells:
-        m = plan.train(model, dataset, mode)
-        later = gb(m["staging a save"]) if plan.on_gpu else f"{gb(m['rollout'])} / {gb(m['update'])}"
-        n = train_processes(plan.grid, model) if plan.on_gpu else 1
-        mb = plan.mb("train", SimpleNamespace(model=model, dataset=dataset, arm=mode))
-        lines.append(f"| train {model}/{dataset}/{mode} | {n} | {gb(m['loading'])} | {later} | {gb(m['peak'])} | "
-                     f"{mb:,} |")
-    for model in sorted({m for m, _ in jobs.evaluated_models()}) if plan.eval["benchmarks"] else []:
-        m = plan.evaluate(model)
-        mb = plan.mb("evaluate", SimpleNamespace(model=model))
-        lines.append(f"| evaluate {model} | 1 | {gb(m['loading'])} | {gb(m['decoding']) if 'decoding' in m else '-'} | "
-                     f"{gb(m['peak'])} | "
-                     f"{mb:,} |")
-    return "\n".join(lines)

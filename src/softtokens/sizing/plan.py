@@ -33,8 +33,8 @@ import math
 from dataclasses import dataclass
 
 from softtokens.data.prompt import PREFILL_TOKENS
-from softtokens.run.config import EVAL_DEFAULTS, cell_rl, resolved_rl
-from softtokens.run.jobs import train_processes
+from softtokens.config.grids import EVAL_DEFAULTS, cell_rl, resolved_rl
+from softtokens.config.grids import train_processes
 from softtokens.sizing.architecture import (  # noqa: F401  (the plan's public names: tests and gpu-check read them here)
     ARCHITECTURES,
     DECODER_DEFAULTS,
@@ -235,7 +235,7 @@ def plan_budget(grid: dict) -> float | None:
 
 def train_job_for(grid: dict, model: str, rl: dict, prompt: int, continuous: bool, micro_batch: int,
                checkpointing: bool) -> TrainJob:
-    from softtokens.run.readings import validation_cot_cap
+    from softtokens.config.readings import validation_cot_cap
 
     processes = train_processes(grid, model)
     val_rows = -(-rl["val_size"] // processes)
@@ -298,7 +298,7 @@ def resolve_memory(config: dict, grid_name: str, model: str, rl: dict, continuou
 
 
 def _schema_defaults() -> dict:
-    from softtokens.run.config import load_schema
+    from softtokens.config.grids import load_schema
 
     fields = load_schema()["$defs"]["rl_fields"]
     return {k: fields[k]["default"] for k in ("micro_batch_size", "activation_checkpointing", "val_batch_size")}

@@ -2,7 +2,7 @@
 checkpoints and provenance record, and the learning-rate schedule.
 
 TrainConfig has no defaults of its own: the paper's values live once, in the config schema
-(softtokens.run.config.PAPER_RL), and reach a run through the workflow's resolved settings.
+(softtokens.config.grids.PAPER_RL), and reach a run through the workflow's resolved settings.
 A missing or an unknown key is refused, naming it, so a typo in a grid cannot silently train
 with the paper's value instead."""
 
@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 
 from softtokens.engine.settings import CotSetting, Placement, cot_settings, placement_of
-from softtokens.run.config import PAPER_RL
-from softtokens.run.names import COT_KEYS, setting_name
+from softtokens.config.grids import PAPER_RL
+from softtokens.config.names import COT_KEYS, setting_name
 
 # steps whose float32 logits the update pass holds at once (train.rloo.rollout_log_probs; the memory
 # plan counts them, without importing torch): at least LOGIT_CHUNK_STEPS, and at least LOGIT_CHUNK_TOKENS
@@ -59,7 +59,7 @@ class TrainConfig:
     """One run's resolved settings: the run (mode, seed, lr, variant) and every key of the schema's
     ``rl`` (its descriptions say what each is)."""
 
-    mode: str                          # hard | soft | fuzzy (run.names.MODES)
+    mode: str                          # hard | soft | fuzzy (config.names.MODES)
     seed: int
     lr: float                          # the model's (6e-6 Llama-3B, 3e-6 Llama-8B, 8e-6 Qwen-3B)
     variant: str                       # an ablation's name; "" for the paper's cells
@@ -82,7 +82,7 @@ class TrainConfig:
     grad_clip_groups: str              # "embedding_rest": the ratio bounds E and the rest each by its own history
     cot_max_tokens: int
     answer_max_tokens: int
-    hard_temperature: float            # the CoT keys (run.names.COT_KEYS)
+    hard_temperature: float            # the CoT keys (config.names.COT_KEYS)
     soft_temperature: float
     fuzzy_temperature: float
     noise_factor: float                # gamma
@@ -92,7 +92,7 @@ class TrainConfig:
     val_every: int
     val_size: int
     val_batch_size: int                # rows decoded at once in greedy validation (the memory plan's choice)
-    validation_cot_max_tokens: int     # the CoT cap of greedy validation (run.config.validation_cot_cap: a reading)
+    validation_cot_max_tokens: int     # the CoT cap of greedy validation (config.grids.validation_cot_cap: a reading)
     micro_batch_size: int
     param_dtype: str                   # master weights, their gradients and AdamW state
     compute_dtype: str                 # forward / backward of the update pass and the rollout weights
@@ -106,7 +106,7 @@ class TrainConfig:
 
     @classmethod
     def from_settings(cls, settings: dict) -> "TrainConfig":
-        """From a run's resolved settings (softtokens.run.jobs): every key, no other."""
+        """From a run's resolved settings (softtokens.grid.jobs): every key, no other."""
         known = set(cls.__dataclass_fields__)
         settings = {"variant": "", **settings}
         unknown = sorted(set(settings) - known)
@@ -117,7 +117,7 @@ class TrainConfig:
             settings["validation_cot_max_tokens"] = settings.get("cot_max_tokens")
         if settings.get("validation_cot_max_tokens") == "evaluation":
             raise ValueError("validation_cot_max_tokens: evaluation is the grid's evaluation cap, which the workflow "
-                             "resolves (run.config.validation_cot_cap); a run is given the number")
+                             "resolves (config.grids.validation_cot_cap); a run is given the number")
         auto = [k for k in ("micro_batch_size", "activation_checkpointing", "val_batch_size")
                 if settings.get(k) == "auto"]
         if auto:
@@ -126,7 +126,7 @@ class TrainConfig:
         missing = sorted(known - set(settings))
         if missing:
             raise ValueError(f"training settings lack {', '.join(missing)} (the workflow resolves every key of "
-                             "the schema's rl: softtokens.run.config.PAPER_RL)")
+                             "the schema's rl: softtokens.config.grids.PAPER_RL)")
         return cls(**settings)
 
     @classmethod

@@ -34,15 +34,8 @@ from pathlib import Path
 
 
 from softtokens.model.checkpoint import TrainerState, checkpoint_problem
-from softtokens.run.files import (
-    atomic_dir,
-    cut_partial_tail,
-    fsync_path,
-    read_json,
-    read_jsonl,
-    write_jsonl,
-)
-from softtokens.run.paths import ATTEMPTS, TENSORBOARD
+from softtokens.store.files import atomic_dir, cut_partial_tail, fsync_path, read_json, read_jsonl, write_jsonl
+from softtokens.store.paths import ATTEMPTS, TENSORBOARD
 from softtokens.train.saving import SCHEDULER, SaveWriter, agree_on_failure
 from softtokens.train.sharding import load_optimizer
 

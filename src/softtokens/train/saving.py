@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from softtokens.model.checkpoint import TrainerState
-from softtokens.run.files import fsync_path, fsync_tree, write_json
+from softtokens.store.files import fsync_path, fsync_tree, write_json
 from softtokens.train.sharding import (
     checkpoint_shell,
     save_optimizer_async,

@@ -47,12 +47,12 @@ class CheckpointError(RuntimeError):
 def verify_checkpoint(checkpoint: str | Path, content: bool = False) -> None:
     """A checkpoint as its training wrote it: every file its manifest lists (model.checkpoint) there
     with its size (and, with ``content``, its sha256: every byte read), and the directory's sha256 the
-    one its training's provenance record holds (where run.provenance.record_path puts it), computed
+    one its training's provenance record holds (where store.provenance.record_path puts it), computed
     from the manifest's hashes. A load checks the content as it reads (model.loading); selection reads
     every byte here, before any evaluation rests on it."""
     from softtokens.model.checkpoint import checkpoint_problem, manifest_sha256
-    from softtokens.run.files import MalformedFile, read_json, sha256_path
-    from softtokens.run.provenance import record_path
+    from softtokens.store.files import MalformedFile, read_json, sha256_path
+    from softtokens.store.provenance import record_path
 
     checkpoint = Path(checkpoint)
     fix = "Restore the file, or retrain the run (snakemake --forcerun train <its metrics.jsonl>)."
@@ -81,14 +81,14 @@ def check_checkpoint(checkpoint: Path, step: int) -> None:
 
 def identity_problem(checkpoint: str | Path, run_dir: str | Path, step: int | None = None) -> str | None:
     """Whether a checkpoint is its run's own (None) or another's: the run is its directory (runs/MODEL/DATA/ARM/
-    seedS, as run.paths lays it out, and the training record beside its metrics); the checkpoint carries its own
+    seedS, as store.paths lays it out, and the training record beside its metrics); the checkpoint carries its own
     state (trainer_state.json: mode, seed, variant, step) and the record of the training that wrote it (where it
     was written, its settings' hash, when it started). Two runs' `best` folders swapped, or one copied from
     another run or grid, are whole checkpoints with valid manifests: only their identity tells them apart. ``step``:
     the step the run's selection chose. Returns the problem, naming the run the checkpoint is really from."""
     from softtokens.model.checkpoint import STATE_FILE, TrainerState
-    from softtokens.run.paths import METRICS, SELECTED, parse_run_path
-    from softtokens.run.provenance import read_record, record_root
+    from softtokens.store.paths import METRICS, SELECTED, parse_run_path
+    from softtokens.store.provenance import read_record, record_root
 
     checkpoint, run_dir = Path(checkpoint), Path(run_dir)
     shared = share_of(run_dir)   # a run that is another's name: the checkpoint is that run's
@@ -135,10 +135,10 @@ SHARED_WITH = "shared_with"   # in a selected.json: the run directory whose sele
 
 def share_of(run_dir: str | Path) -> Path | None:
     """The run another run's name points at (its selected.json's SHARED_WITH), None for a run of its own."""
-    from softtokens.run.paths import SELECTED
+    from softtokens.store.paths import SELECTED
 
-    from softtokens.run.files import MalformedFile, read_json
-    from softtokens.run.provenance import at_root, record_root
+    from softtokens.store.files import MalformedFile, read_json
+    from softtokens.store.provenance import at_root, record_root
 
     sel = Path(run_dir) / SELECTED
     try:
@@ -153,11 +153,11 @@ def share_of(run_dir: str | Path) -> Path | None:
 
 def share_problem(selected: str | Path) -> str | None:
     """Whether a shared selection (softtokens select --share) is one: the run it names computes what this name asks
-    for (the same model and training set; the same settings less the name and memory-only keys: run.identity),
+    for (the same model and training set; the same settings less the name and memory-only keys: grid.identity),
     held against that run's training record, not against what the shared file says of itself."""
-    from softtokens.run.identity import computing_settings
-    from softtokens.run.paths import METRICS, parse_run_path
-    from softtokens.run.provenance import read_record
+    from softtokens.config.grids import computing_settings
+    from softtokens.store.paths import METRICS, parse_run_path
+    from softtokens.store.provenance import read_record
 
     selected = Path(selected)
     asked = (read_record(selected) or {}).get("config") or {}

@@ -27,7 +27,7 @@ import pandas as pd
 import yaml
 
 from softtokens.cells.paper import PAPER_SEEDS as PAPER_SEEDS_OF
-from softtokens.run.names import MODES
+from softtokens.config.names import MODES
 from softtokens.verdict import reproducibility as repro
 from softtokens.verdict.choices import DEFAULT, Spec
 
@@ -146,7 +146,7 @@ def grid_for(claims: list[ClaimCost], config: dict, name: str) -> dict:
 
 
 def _default_settings() -> list[str]:
-    from softtokens.run.names import SETTING_NAMES
+    from softtokens.config.names import SETTING_NAMES
 
     return list(SETTING_NAMES)
 
@@ -155,7 +155,7 @@ def grid_cost(config: dict, name: str, grid: dict) -> tuple[float, pd.DataFrame]
     """(GPU-hours, the forecast's jobs) of ``grid`` added to ``config`` as ``name``."""
     from softtokens.cost.forecast import by_kind, forecast_jobs
     from softtokens.data.sources import loader_kind
-    from softtokens.run.config import check_config
+    from softtokens.config.grids import check_config
 
     cfg = copy.deepcopy(config)
     cfg["grids"][name] = copy.deepcopy(grid)

@@ -45,7 +45,7 @@ from softtokens.cells.lookup import (  # noqa: F401  (the claims read them from 
     ood_groups,
     passk_metric,
 )
-from softtokens.run.names import CONTINUOUS_MODES, settings_of
+from softtokens.config.names import CONTINUOUS_MODES, settings_of
 from softtokens.verdict import uncertainty
 from softtokens.verdict.choices import (
     DEFAULT,

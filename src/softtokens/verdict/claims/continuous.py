@@ -3,7 +3,7 @@ best, matching hard training at pass@1 and surpassing it at pass@32. Like for li
 inference claims (verdict.claims.inference): each soft- or fuzzy-trained model's hard setting against
 its own soft and fuzzy setting of the same decoding, and against hard training's same setting."""
 
-from softtokens.run.names import setting_name
+from softtokens.config.names import setting_name
 from softtokens.verdict.choices import EVERY, POINTS
 from softtokens.verdict.claims.define import ClaimDef
 from softtokens.verdict.claims.inference import like_for_like

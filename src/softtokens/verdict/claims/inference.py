@@ -7,7 +7,7 @@ Like for like: each hard setting against the soft and the fuzzy setting of the s
 of several settings (hard's best of two against the best of four others would favour the four).
 Both read 'hard is not worse than the other by more than the margin' (non-inferiority)."""
 
-from softtokens.run.names import DECODINGS, setting_name
+from softtokens.config.names import DECODINGS, setting_name
 from softtokens.verdict.choices import EVERY, GENERALLY, POINTS
 from softtokens.verdict.claims.define import ClaimDef
 from softtokens.verdict.judging import (

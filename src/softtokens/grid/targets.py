@@ -1,23 +1,22 @@
 """What one grid of the workflow builds: every training run, evaluation, table, figure and
-report file, and which runs each ablation table row reads (run.jobs adds how each job runs).
-Names come from run.paths, so a target and the rule that makes it cannot spell a file two ways."""
+report file, and which runs each ablation table row reads (grid.jobs adds how each job runs).
+Names come from store.paths, so a target and the rule that makes it cannot spell a file two ways."""
 
 from __future__ import annotations
 
 import difflib
-import functools
 import glob
 import json
 import os
 from pathlib import Path
 
-from softtokens.run import paths
-from softtokens.run.config import EVAL_DEFAULTS, cell_rl, resolved_rl
-from softtokens.run.names import setting_mode
-from softtokens.run.paths import Run, parse_arm
-from softtokens.run.figure_targets import FigureTargets
-from softtokens.run.identity import SharedRuns
-from softtokens.run.sweeps import SweepTargets
+from softtokens.store import paths
+from softtokens.config.grids import EVAL_DEFAULTS, cell_rl, resolved_rl
+from softtokens.config.names import setting_mode
+from softtokens.store.paths import Run, parse_arm
+from softtokens.grid.figures import FigureTargets
+from softtokens.grid.identity import SharedRuns
+from softtokens.grid.sweeps import SweepTargets
 
 
 def dumps(settings: dict) -> str:
@@ -25,9 +24,11 @@ def dumps(settings: dict) -> str:
     return json.dumps(settings, sort_keys=True)
 
 
-class GridTargets(FigureTargets, SharedRuns, SweepTargets):
+class GridTargets:
     """The files ``config["grid"]`` (a checked config: config.check_config) makes: its runs, their
-    evaluations, tables, figures and reports, and the rows of its ablation tables."""
+    evaluations, tables, figures and reports, and the rows of its ablation tables; its figures (``figures``), the runs
+    that are other runs' names (``names``) and its hyperparameter search (``sweep``), each a part given these
+    targets."""
 
     def __init__(self, config: dict, environ: dict | None = None, resolve_rl=None, host_mb=None):
         """``resolve_rl(config, grid, model, rl, continuous) -> rl`` turns a cell's `auto` memory settings into
@@ -43,6 +44,20 @@ class GridTargets(FigureTargets, SharedRuns, SweepTargets):
         self.reused = config["grids"][self.grid["reuse"]] if self.grid.get("reuse") else None
         # the toy base is supervised on the first toy dataset of the grid
         self.toy_base_dataset = next((d for d, s in self.grid["datasets"].items() if s["loader"] == "toy"), None)
+        self.figures = FigureTargets(self)
+        self.sweep = SweepTargets(self)
+        self.names = SharedRuns(self, lambda g: type(self)({**self.config, "grid": g}))
+
+    @property
+    def shared(self) -> dict[Run, tuple[Run, str]]:
+        """Each run of this grid that another run already is (grid.identity): run -> (that run, its grid)."""
+        return self.names.shared
+
+    def reruns_present(self) -> list[str]:
+        """The log of `softtokens audit --rerun` (audit.rerun) where there is one: the report says what re-execution
+        found and records the log's hash (a line added after the report changes the report's leaf)."""
+        path = paths.reruns_path(self.results)
+        return [path] if os.path.exists(path) else []
 
     # ------------------------------------------------------------ runs and targets
     def training_runs(self, grid: dict | None = None) -> list[Run]:
@@ -51,7 +66,7 @@ class GridTargets(FigureTargets, SharedRuns, SweepTargets):
                 for c in grid["training"] for mode in c["modes"] for seed in c["seeds"]]
 
     def run_file(self, run: Run, name: str, results: str | None = None) -> str:
-        """A run's file; a run that is another's name (run.identity) has its own selected.json (pointing at the
+        """A run's file; a run that is another's name (grid.identity) has its own selected.json (pointing at the
         other's), every other file is the run's it is."""
         if name != paths.SELECTED and results is None:
             run = self.shared.get(run, (run,))[0]
@@ -62,7 +77,7 @@ class GridTargets(FigureTargets, SharedRuns, SweepTargets):
         """(model, trained) pairs: each evaluated base model and every run trained from it (a sweep's runs
         aside: the search selects on validation, as the paper's did)."""
         return [(m, "base") for m in self.eval["models"]] + [(r.model, r.trained) for r in self.training_runs()
-                                                             if r.variant not in self.sweep_variants]
+                                                             if r.variant not in self.sweep.variants]
 
     def eval_targets(self) -> list[str]:
         return [paths.eval_path(self.results, m, t, b, s) for m, t in self.evaluated_models()
@@ -114,14 +129,14 @@ class GridTargets(FigureTargets, SharedRuns, SweepTargets):
 
     def report_targets(self) -> list[str]:
         main = [*(t for ext in paths.TABLE_EXTS for t in self.table_targets(ext)),
-                *self.figure_targets(), *self.figure_targets("pdf"), *self.report_files().values()]
-        if not self.ablations and not self.sweep_runs:
+                *self.figures.files(), *self.figures.files("pdf"), *self.report_files().values()]
+        if not self.ablations and not self.sweep.runs:
             return main
         # an ablation or sweep grid: its own tables and figures; the main ones too with results of its own (toy,
         # toy-long), not when it shares the reused grid's (toy-ablations, ablations, sweeps: theirs are that grid's)
         own_results = self.reused is None or self.results != self.reused["results"]
         return [*(main if own_results else []), *self.ablation_targets("tables"), *self.ablation_targets("figures"),
-                *self.sweep_targets()]
+                *self.sweep.files()]
 
     def all_targets(self) -> list[str]:
         """Every cell of the layout, so a deleted evaluation or selection is remade (with what
@@ -249,7 +264,7 @@ def _close(word: str, known) -> str:
 def misspelled(jobs: "GridTargets", parts: list[str]) -> str | None:
     """A run or evaluation path that does not parse: the first word that is no name of the grid, with the
     closest that is (a misspelled mode once gave only Snakemake's 'MissingRuleException')."""
-    from softtokens.run.names import MODES, SETTING_NAMES
+    from softtokens.config.names import MODES, SETTING_NAMES
 
     def near(word: str, known) -> str:
         close = difflib.get_close_matches(word, [str(k) for k in known], n=1, cutoff=0.5)
@@ -319,7 +334,7 @@ def target_needs(jobs: "GridTargets", targets) -> tuple[set[str], set[str]] | No
             name = rest[1].split(".")[0]
             try:
                 files = jobs.table_inputs(name) if rest[0] == "tables" else [
-                    f for kind in jobs.figure_inputs(name).values() for f in kind]
+                    f for kind in jobs.figures.inputs(name).values() for f in kind]
             except KeyError:
                 return False
             return all(of_file(f) for f in files) if files else False

@@ -8,56 +8,19 @@ only name files and pass these settings on the command line."""
 
 from __future__ import annotations
 
+import functools
 import json
-import os
+import shlex
 
-from softtokens.run import paths
-from softtokens.run.config import cell_grid, cell_lr, cell_rl, resolved_logging
-from softtokens.run.readings import validation_cot_cap
-from softtokens.run.names import COT_KEYS, PLACEMENT_KEYS, TOY_SOURCE, built_by_workflow, packaged_name
-from softtokens.run.paths import Run, parse_arm, parse_trained
-from softtokens.run.provenance import config_hash
-from softtokens.run.targets import GridTargets, dumps
-
-SLURM_ENV = {"partition": "SOFTTOKENS_SLURM_PARTITION", "gpu_partition": "SOFTTOKENS_SLURM_GPU_PARTITION",
-             "account": "SOFTTOKENS_SLURM_ACCOUNT"}
-
-# Memory (MB) and time (minutes) of a job whose grid's `resources:` block does not say: on SLURM a
-# job that asks for no memory is given a whole node's and jobs then run one at a time. Generous
-# for the toy and small grids; the paper grid sets its own.
-# A training job also asks SLURM for SIGUSR1 ten minutes before its time limit: it saves its
-# resume state and exits, and the retry or requeue resumes (train.loop.Trainer.run).
-DEFAULT_RESOURCES = {"train": {"mem_mb": 16000, "runtime": 720, "slurm_extra": "--signal=USR1@600"},
-                     "evaluate": {"mem_mb": 16000, "runtime": 240},
-                     "evaluate_loglik": {"mem_mb": 16000, "runtime": 120}, "cpu": {"mem_mb": 4000, "runtime": 60}}
-GPU_KINDS = ("train", "evaluate", "evaluate_loglik")
-
-
-def job_resources(grid: dict, kind: str, environ: dict | None = None) -> dict:
-    """Resources of one kind of job from the grid's ``resources:`` block, plus the SLURM partition
-    and account from the environment, so that nothing site-specific is in the repository. GPU
-    jobs take SOFTTOKENS_SLURM_GPU_PARTITION, falling back to SOFTTOKENS_SLURM_PARTITION;
-    an unset variable adds nothing (the plugin then uses the cluster's defaults), and
-    ``--set-resources`` / ``--default-resources`` on the command line override all of it."""
-    env = os.environ if environ is None else environ
-    own = grid.get("resources", {}).get(kind, {})
-    res = {k: v for k, v in DEFAULT_RESOURCES.get(kind, {}).items()
-           if not (k == "mem_mb" and "mem_mb_per_cpu" in own)}
-    res.update(own)
-    partition = (env.get(SLURM_ENV["gpu_partition"]) if res.get("gpu", 0) > 0 else None) or env.get(SLURM_ENV["partition"])
-    if partition:
-        res["slurm_partition"] = partition
-    if env.get(SLURM_ENV["account"]):
-        res["slurm_account"] = env[SLURM_ENV["account"]]
-    return res
-
-
-def train_processes(grid: dict, model: str) -> int:
-    """GPUs (one process each) of a model's training jobs: the model's ``train_gpus``, else the
-    grid's ``resources.train.gpu``, else 1."""
-    spec = grid["models"][model]
-    return int(spec.get("train_gpus") or grid.get("resources", {}).get("train", {}).get("gpu") or 1)
-
+from softtokens.store import paths
+from softtokens.config.grids import cell_grid, cell_lr, cell_rl, resolved_logging, train_processes
+from softtokens.config.readings import validation_cot_cap
+from softtokens.config.settings import CellSettings
+from softtokens.config.names import COT_KEYS, PLACEMENT_KEYS, TOY_SOURCE, built_by_workflow, packaged_name
+from softtokens.store.paths import Run, parse_arm, parse_trained
+from softtokens.store.provenance import config_hash
+from softtokens.grid.resources import JobResources
+from softtokens.grid.targets import GridTargets, dumps
 
 def expect_args(pairs: list[tuple[str, dict]]) -> str:
     """`--expect PATH=HASH ...`: what the current config gives each upstream output's job, which
@@ -67,7 +30,7 @@ def expect_args(pairs: list[tuple[str, dict]]) -> str:
 
 
 class GridJobs(GridTargets):
-    """The jobs of ``config["grid"]``: its targets (run.targets) and each job's settings, expected
+    """The jobs of ``config["grid"]``: its targets (grid.targets) and each job's settings, expected
     upstream provenance and resources."""
 
     # ------------------------------------------------------------ per-job settings
@@ -118,6 +81,14 @@ class GridJobs(GridTargets):
         """A run's resolved training settings (train_settings, as a dict)."""
         return json.loads(self.train_settings(run.model, run.dataset, run.arm, run.seed))
 
+    def cell(self, run: Run) -> CellSettings:
+        """A run's settings resolved once (config.settings): what prices, sizes or runs it reads, field by field."""
+        rl = self.run_settings(run)
+        data = self.grid["datasets"][run.dataset]
+        return CellSettings(run.model, run.dataset, run.mode, run.variant, run.seed, rl,
+                            train_processes(self.grid, run.model),
+                            min(int(rl["val_size"]), int(data.get("validation_size", rl["val_size"]))))
+
     def logging_settings(self) -> str:
         """The config's `logging` block (train.telemetry): where runs mirror their TensorBoard stream."""
         return dumps(resolved_logging(self.config))
@@ -144,25 +115,12 @@ class GridJobs(GridTargets):
                        "batch_size": ev["batch_size"], "cot_max_tokens": ev["cot_max_tokens"],
                        "answer_max_tokens": ev["answer_max_tokens"], "dtype": self.rl["compute_dtype"]})
 
-    def sweep_settings(self) -> str:
-        """The sweep tables' job (report.sweeps): every run with its selection file, each pair's validation
-        size, the grid's own values (what a model the paper did not train is compared with)."""
-        runs = [{**r._asdict(), "selected": self.run_file(Run(r.model, r.dataset, r.mode, r.variant, r.seed),
-                                                          paths.SELECTED)} for r in self.sweep_runs]
-        sizes = {f"{r.model}/{r.dataset}": min(cell_rl(self.config, self.name, r.model, r.dataset)["val_size"],
-                                               self.grid["datasets"][r.dataset].get("validation_size", 10**9))
-                 for r in self.sweep_runs}
-        configured = {"learning_rate": {m: float(s["lr"]) for m, s in self.grid["models"].items()},
-                      "noise_factor": {m: float(self.rl["noise_factor"]) for m in self.grid["models"]}}
-        return dumps({"grid": self.name, "toy": "toy_base" in self.grid, "runs": runs, "n_validation": sizes,
-                      "configured": configured})
-
     def report_settings(self) -> str:
         return dumps({"grid": self.name, "n_samples": self.eval["n_samples"]})
 
     def figure_settings(self, name: str) -> str:
         """One figure's job: the grid and what the figure is (report.figures.write_figure)."""
-        return dumps({"grid": self.name, "figure": self.figure_specs()[name]})
+        return dumps({"grid": self.name, "figure": self.figures.specs()[name]})
 
     def reproduction_settings(self) -> str:
         # the config itself: the report's cost forecast (cost.forecast) recomputes every job's
@@ -241,49 +199,28 @@ class GridJobs(GridTargets):
         return expect_args(self._data_expect(self.toy_base_dataset, ("train", "validation")))
 
     # ------------------------------------------------------------ resources
+    # ------------------------------------------------------------ resources (grid.resources)
+    @functools.cached_property
+    def job_resources(self) -> JobResources:
+        return JobResources(self.grid, self.environ, self.host_mb)
+
     def resources(self, kind: str) -> dict:
-        """Resources of one kind of job (train / evaluate / evaluate_loglik / cpu). A training job
-        takes its model's GPU count (models.<m>.train_gpus, chosen from the memory plan): there
-        ``gpu`` is a function of the model."""
-        res = job_resources(self.grid, kind, self.environ)
-        if kind == "train" and res.get("gpu", 0) > 0:
-            res["gpu"] = lambda model: train_processes(self.grid, model)
-        if self.host_mb is not None and kind in GPU_KINDS:
-            res["mem_mb"] = self._declared_memory(kind, res)
-        return res
-
-    def _declared_memory(self, kind: str, res: dict):
-        """A job's mem_mb as a function of its wildcards: the host memory its plan needs (sizing.host), raised to
-        what the grid's resources block asks where that is more (mem_mb, or mem_mb_per_cpu x the job's CPUs: one
-        of the two is declared, never both, which SLURM refuses)."""
-        own = self.grid.get("resources", {}).get(kind, {})
-        res.pop("mem_mb_per_cpu", None)
-
-        def mem_mb(wildcards) -> int:
-            model = getattr(wildcards, "model", None)
-            asked = own.get("mem_mb") or own.get("mem_mb_per_cpu", 0) * self.threads(kind, model)
-            return max(int(asked), self.host_mb(kind, wildcards))
-
-        return mem_mb
+        return self.job_resources.resources(kind)
 
     def threads(self, kind: str, model: str | None = None) -> int:
-        """CPU threads of a job: cpus_per_gpu x its GPUs on a GPU job (torch and the data work use
-        them), else 1 (the CPU grids run many one-thread jobs side by side)."""
-        res = job_resources(self.grid, kind, self.environ)
-        gpus = res.get("gpu", 0)
-        if kind == "train" and gpus:
-            gpus = train_processes(self.grid, model)
-        return int(gpus * res.get("cpus_per_gpu", 1)) if gpus else 1
+        return self.job_resources.threads(kind, model)
 
     def ledger_gpus(self) -> dict:
-        """GPUs held by each job, for the ledger's GPU-hours: a training job its model's
-        train_gpus, an evaluation job its kind's `gpu` resource; every other rule none."""
-        train = job_resources(self.grid, "train", self.environ).get("gpu", 0)
-        return {"train": {m: (train_processes(self.grid, m) if train else 0) for m in self.grid["models"]},
-                **{k: job_resources(self.grid, k, self.environ).get("gpu", 0) for k in GPU_KINDS[1:]}}
+        return self.job_resources.ledger_gpus()
 
     def gpu_rule_env(self) -> str:
-        """The conda environment of the GPU rules: torch's CUDA build pinned on a grid whose jobs ask
-        for GPUs, the plain pins elsewhere (a laptop's toy grid needs no CUDA download)."""
-        gpu = self.grid.get("resources", {}).get("train", {}).get("gpu")
-        return "../../envs/softtokens-gpu.yaml" if gpu else "../../envs/softtokens.yaml"
+        return self.job_resources.gpu_rule_env()
+
+    def select_args(self, model: str, dataset: str, arm: str, seed: str) -> str:
+        """The select command's inputs (grid.identity); a shared run's settings too (held against the run's:
+        train.selection)."""
+        ins = self.names.select_inputs(model, dataset, arm, seed)
+        if "shared" in ins:
+            return f"--share {ins['shared']} --settings {shlex.quote(self.train_settings(model, dataset, arm, seed))}"
+        return f"--metrics {ins['metrics']} --checkpoints {ins['checkpoints']}"
+

@@ -1,6 +1,6 @@
 """What an evaluation file is, written in its hashed content by the job that made it, and held to where it lies.
 
-Why: the tables read a file's setting, run and benchmark off its path (run.paths), and nothing tied the file to
+Why: the tables read a file's setting, run and benchmark off its path (store.paths), and nothing tied the file to
 them: `cp hard_sample.json hard_greedy.json` moved a Table 1 cell from 96.5 ± 0.6 to 75.1 ± 30.8 and every check
 passed, the re-run included (it re-executed what the copied record named). Now each evaluation document carries its
 identity (IDENTITY: model, trained run or base, benchmark, inference setting with its parameters, the test set's
@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from softtokens.run import paths
-from softtokens.run.names import SETTING_NAMES, is_sampled, setting_mode
+from softtokens.store import paths
+from softtokens.config.names import SETTING_NAMES, is_sampled, setting_mode
 
 IDENTITY = "identity"
 LOGLIK = "loglik"            # the out-of-domain file's stem and its identity's setting

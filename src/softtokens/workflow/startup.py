@@ -17,7 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from softtokens.run import paths
+from softtokens.store import paths
 
 SLURM_COMMANDS = ("sbatch", "squeue", "scancel")   # sacct too where the status command is sacct (slurm_check)
 HUB_TIMEOUT_S = 5.0
@@ -44,7 +44,7 @@ def check_grid(config: dict, grid: str, config_files=()) -> None:
     config (schema, names with file:line and the closest valid one), the models it names, its local
     data copies, and the judge's margins (ConfigError)."""
     from softtokens.data.sources import check_local_sources, loader_kind
-    from softtokens.run.config import ConfigError, check_config
+    from softtokens.config.grids import ConfigError, check_config
     from softtokens.sizing.architecture import check_model_sources
     from softtokens.sizing.gpus import resolve_gpus
 
@@ -90,7 +90,7 @@ def locked(workdir: str | Path = ".") -> bool:
 # ---------------------------------------------------------------- the cluster pre-flight
 def slurm_problems(which=shutil.which, status_command: str | None = None) -> list[str]:
     """The SLURM commands the executor needs, and accounting where job states come from sacct."""
-    from softtokens.run.slurm_check import status_command_problem
+    from softtokens.workflow.slurm_check import status_command_problem
 
     missing = [c for c in SLURM_COMMANDS if not which(c)]
     if missing:
@@ -130,9 +130,9 @@ def fetches(config: dict, grid_name: str, targets=()) -> list[tuple[str, str, st
     """(repo type, hub id, what needs it) of the data sets and base weights the jobs of ``targets`` (none: the whole
     grid) will fetch: those whose outputs do not exist yet and that no local copy serves."""
     from softtokens.data.sources import SOURCES
-    from softtokens.run.jobs import GridJobs
-    from softtokens.run.names import built_by_workflow
-    from softtokens.run.targets import target_needs
+    from softtokens.grid.jobs import GridJobs
+    from softtokens.config.names import built_by_workflow
+    from softtokens.grid.targets import target_needs
 
     jobs = GridJobs({**config, "grid": grid_name})
     grid = jobs.grid
@@ -189,24 +189,6 @@ def preflight(config: dict, grid_name: str, status_command: str | None = None, t
 LOCAL_EXECUTORS = (None, "local", "dryrun")
 
 
-def job_memory(jobs) -> list[tuple[str, int]]:
-    """(job, declared mem_mb) of every training and evaluation job of the grid (run.jobs.GridJobs.resources)."""
-    from types import SimpleNamespace
-
-    out = []
-    train = jobs.resources("train").get("mem_mb")
-    if callable(train):
-        for r in sorted({(r.model, r.dataset, r.arm) for r in jobs.training_runs()}):
-            out.append((f"train {r[0]}/{r[1]}/{r[2]}", train(SimpleNamespace(model=r[0], dataset=r[1], arm=r[2]))))
-    kinds = (("evaluate", jobs.eval["benchmarks"] or jobs.ood),) if jobs.per_model_eval else (
-        ("evaluate", jobs.eval["benchmarks"]), ("evaluate_loglik", jobs.ood))
-    for kind, wanted in kinds:
-        mem = jobs.resources(kind).get("mem_mb")
-        if callable(mem) and wanted:
-            out += [(f"{kind} {m}", mem(SimpleNamespace(model=m))) for m in sorted({m for m, _ in jobs.evaluated_models()})]
-    return out
-
-
 def memory_problems(needs: list[tuple[str, int]], bound_mb: int, what: str) -> list[str]:
     """Each job whose declared memory is more than ``bound_mb``: it could not run here without being killed."""
     return [f"{job} needs {mb:,} MB of host memory (its plan, sizing.host), more than {what} ({bound_mb:,} MB): lower "
@@ -217,6 +199,7 @@ def bound_local_memory(workflow, jobs, dryrun: bool) -> None:
     """On one machine, the sum of the running jobs' declared memory never exceeds what the machine has: where the
     user set no memory bound (--resources mem_mb=...), it is the memory available now; a job that cannot fit the
     bound is refused before any job starts (with -n: said)."""
+    from softtokens.grid.memory import job_memory
     from softtokens.sizing.host import MB, machine_memory
 
     total, available = machine_memory()
@@ -243,9 +226,9 @@ def bound_local_memory(workflow, jobs, dryrun: bool) -> None:
 
 # ---------------------------------------------------------------- the workflow's entry points
 def workflow_jobs(config: dict):
-    """The grid's jobs as the workflow plans them (run.jobs.GridJobs): `auto` micro-batch / checkpointing the memory
+    """The grid's jobs as the workflow plans them (grid.jobs.GridJobs): `auto` micro-batch / checkpointing the memory
     plan's, each job's host memory sizing.host's (the mem_mb it declares)."""
-    from softtokens.run.jobs import GridJobs
+    from softtokens.grid.jobs import GridJobs
     from softtokens.sizing.host import HostPlan
     from softtokens.sizing.plan import resolve_memory
 
@@ -274,11 +257,11 @@ def no_report_on_a_dry_run(workflow) -> None:
 
 
 def startup(config: dict, workflow) -> object:
-    """Run when the workflow is parsed: every check above; returns the grid's jobs (run.jobs.GridJobs).
+    """Run when the workflow is parsed: every check above; returns the grid's jobs (grid.jobs.GridJobs).
     A problem stops Snakemake before it plans a job, in its own words (stop)."""
-    from softtokens.run.config import ConfigError
-    from softtokens.run.interrupted import interrupted_note
-    from softtokens.run.targets import outside_grid
+    from softtokens.config.grids import ConfigError
+    from softtokens.workflow.interrupted import interrupted_note
+    from softtokens.grid.targets import outside_grid
     from softtokens.sizing.plan import check_plan
 
     config_files = [f for f in workflow.configfiles if f not in workflow.overwrite_configfiles]

@@ -12,12 +12,8 @@ runs), never trained twice."""
 
 from __future__ import annotations
 
-import functools
-import os
 from typing import NamedTuple
 
-from softtokens.run import paths
-from softtokens.run.paths import Run
 
 # what a sweep may search: its key in a grid's `sweep:` section -> (the setting it sets, the variant prefix)
 SWEPT = {"learning_rate": ("lr", "lr"), "noise_factor": ("noise_factor", "noise")}
@@ -37,7 +33,7 @@ class SweepRun(NamedTuple):
 
 
 def variant_name(param: str, value: float) -> str:
-    """``lr6e-06``, ``lr1.4e-04``, ``noise0.33``: a variant name (run.paths' pattern) that reads back to its
+    """``lr6e-06``, ``lr1.4e-04``, ``noise0.33``: a variant name (store.paths' pattern) that reads back to its
     value (a learning rate always in scientific notation, so the names of one sweep line up)."""
     if param == "learning_rate":
         mantissa, exponent = f"{value:.6e}".split("e")
@@ -52,7 +48,7 @@ def spec_of(sweep: dict, param: str) -> dict:
 
 def grid_value(param: str, grid: dict, model: str, rl: dict, default: dict | None) -> float:
     """The value the grid itself trains with: the default cell's lr (its own, else its model's; as
-    run.config.cell_lr reads it), its noise factor (``rl``: the default cell's resolved settings)."""
+    config.grids.cell_lr reads it), its noise factor (``rl``: the default cell's resolved settings)."""
     if param == "learning_rate":
         return float((default or {}).get("lr", grid["models"][model]["lr"]))
     return float(rl["noise_factor"])
@@ -125,7 +121,7 @@ def sweep_cells(grid: dict, grids: dict, rl: dict) -> list[dict]:
 def expand_sweeps(config: dict, resolved_rl) -> None:
     """Every grid's ``sweep`` section added to its ``training`` cells, in place; a cell already there (a
     second expansion, or one written by hand under the same name) is kept as it is.
-    ``resolved_rl(config, grid_name)``: the grid's RL settings (run.config)."""
+    ``resolved_rl(config, grid_name)``: the grid's RL settings (config.grids)."""
     grids = config.get("grids", {})
     for name, grid in grids.items():
         if not isinstance(grid, dict) or not grid.get("sweep"):
@@ -134,48 +130,3 @@ def expand_sweeps(config: dict, resolved_rl) -> None:
         have = {(c["model"], c["dataset"], c.get("variant", "")) for c in training}
         grid["training"] = [*training, *(c for c in sweep_cells(grid, grids, resolved_rl(config, name))
                                          if (c["model"], c["dataset"], c.get("variant", "")) not in have)]
-
-
-class SweepTargets:
-    """The runs and files of a grid's hyperparameter search, as part of the grid's targets (run.targets.GridTargets
-    mixes it in: ``config``, ``grid``, ``rl``, ``results`` and ``run_file`` are the grid's)."""
-
-    @functools.cached_property
-    def sweep_runs(self) -> list[SweepRun]:
-        """Trained and selected, read by the sweep tables, never tested."""
-        return sweep_runs(self.grid, self.config["grids"], self.rl) if self.grid.get("sweep") else []
-
-    @functools.cached_property
-    def sweep_variants(self) -> set[str]:
-        return {r.variant for r in self.sweep_runs if r.variant}
-
-    def sweep_targets(self, kind: str | None = None) -> list[str]:
-        """Per swept model its table (kind "tables": md, tex, csv, html) and figure ("figures": png, pdf), and the
-        summary the report reads ("summary"); every one without ``kind``."""
-        models = sorted({r.model for r in self.sweep_runs})
-        out = {"tables": [paths.table_path(self.results, paths.sweep_name(m), ext) for m in models
-                          for ext in paths.TABLE_EXTS],
-               "figures": [paths.figure_path(self.results, paths.sweep_name(m), ext) for m in models
-                           for ext in paths.FIGURE_EXTS],
-               "summary": [self.sweep_summary_path()] if models else []}
-        return out[kind] if kind else [f for files in out.values() for f in files]
-
-    def sweep_summary_path(self) -> str:
-        return paths.table_path(self.results, paths.SWEEP_SUMMARY, "json")
-
-    def sweep_inputs(self, name: str) -> list[str]:
-        """The selections (``selected.json``) or the metrics of every run of the sweep, once each."""
-        runs = sorted({Run(r.model, r.dataset, r.mode, r.variant, r.seed) for r in self.sweep_runs})
-        return [self.run_file(r, name) for r in runs]
-
-    def reruns_present(self) -> list[str]:
-        """The log of `softtokens audit --rerun` (audit.rerun.RERUNS) where there is one: the report says what
-        re-execution found and records the log's hash (a line added after the report changes the report's leaf)."""
-        path = paths.reruns_path(self.results)
-        return [path] if os.path.exists(path) else []
-
-    def sweep_summary_present(self) -> list[str]:
-        """The report's sweep section: this grid's summary (a target), else one a grid sharing these results
-        made (the sweeps grid's, beside the paper grid's): read when it exists, never planned."""
-        path = self.sweep_summary_path()
-        return [path] if self.sweep_runs or os.path.exists(path) else []

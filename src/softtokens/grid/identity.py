@@ -19,21 +19,12 @@ its names: their `selected.json` is written by a selection job that points at th
 from __future__ import annotations
 
 import functools
-import shlex
 from pathlib import Path
 
-from softtokens.run import paths
-from softtokens.run.paths import Run
-from softtokens.run.provenance import config_hash
-
-MEMORY_ONLY = ("micro_batch_size", "activation_checkpointing", "val_batch_size")
-NAME_ONLY = ("variant",)
-
-
-def computing_settings(settings: dict) -> dict:
-    """A run's settings less its name and what changes only memory: what decides its numbers."""
-    return {k: v for k, v in settings.items() if k not in MEMORY_ONLY + NAME_ONLY}
-
+from softtokens.store import paths
+from softtokens.store.paths import Run
+from softtokens.store.provenance import config_hash
+from softtokens.config.grids import computing_settings
 
 def run_identity(grid: dict, run: Run, settings: dict) -> str:
     """The identity of ``run`` of ``grid`` whose resolved training settings are ``settings`` (module docstring)."""
@@ -48,7 +39,7 @@ def grids_sharing(config: dict, results: str) -> list[str]:
 
 def shared_runs(config: dict, grid_name: str, jobs_of) -> dict[Run, tuple[Run, str]]:
     """Each run of ``grid_name`` that is another run's name: run -> (the run it is, the grid whose name that is).
-    ``jobs_of(grid) -> GridJobs`` (run.jobs: its training runs and their settings, handed in: this module sits below
+    ``jobs_of(grid) -> GridJobs`` (grid.jobs: its training runs and their settings, handed in: this module sits below
     it). Runs of one identity: the trained one, else the first in config order (whichever grid asks first)."""
     results = config["grids"][grid_name]["results"]
     groups: dict[str, list[tuple[str, Run]]] = {}
@@ -72,42 +63,39 @@ def shared_runs(config: dict, grid_name: str, jobs_of) -> dict[Run, tuple[Run, s
 
 
 class SharedRuns:
-    """A grid's runs that are other runs' names, as part of its targets and jobs (run.targets.GridTargets mixes it
-    in: ``config``, ``name``, ``training_runs``, ``run_file`` and ``train_settings`` are the grid's)."""
+    """A grid's runs that are other runs' names (``grid.names`` of grid.targets.GridTargets), given the grid's
+    targets: its config, name, training runs and run files."""
+
+    def __init__(self, targets, jobs_of):
+        """``jobs_of(grid name)``: the targets of a grid sharing these results (a run's identity is its settings)."""
+        self.targets, self.jobs_of = targets, jobs_of
 
     @functools.cached_property
     def shared(self) -> dict[Run, tuple[Run, str]]:
         """Each run of this grid that another run of the same identity already is: run -> (that run, its grid)."""
-        return shared_runs(self.config, self.name,
-                           lambda g: self if g == self.name else type(self)({**self.config, "grid": g}))
+        t = self.targets
+        return shared_runs(t.config, t.name, lambda g: t if g == t.name else self.jobs_of(g))
 
     def trained_runs(self) -> list[Run]:
         """The training runs this grid trains itself: its runs less those another run already is."""
-        return [r for r in self.training_runs() if r not in self.shared]
+        return [r for r in self.targets.training_runs() if r not in self.shared]
 
     def select_inputs(self, model: str, dataset: str, arm: str, seed: str) -> dict[str, str]:
         """A selection's inputs: its run's metrics and checkpoints, or, for a run that is another's name, that
         run's selection, which it shares."""
-        run = Run(model, dataset, *paths.parse_arm(arm), int(seed))
+        t, run = self.targets, Run(model, dataset, *paths.parse_arm(arm), int(seed))
         if run in self.shared:
-            return {"shared": self.run_file(self.shared[run][0], paths.SELECTED)}
-        return {"metrics": self.run_file(run, paths.METRICS), "checkpoints": self.run_file(run, paths.CHECKPOINTS)}
-
-    def select_args(self, model: str, dataset: str, arm: str, seed: str) -> str:
-        """The select command's inputs; a shared run's settings too (held against the run's: train.selection)."""
-        ins = self.select_inputs(model, dataset, arm, seed)
-        if "shared" in ins:
-            return f"--share {ins['shared']} --settings {shlex.quote(self.train_settings(model, dataset, arm, seed))}"
-        return f"--metrics {ins['metrics']} --checkpoints {ins['checkpoints']}"
+            return {"shared": t.run_file(self.shared[run][0], paths.SELECTED)}
+        return {"metrics": t.run_file(run, paths.METRICS), "checkpoints": t.run_file(run, paths.CHECKPOINTS)}
 
 
 def shared_note(jobs) -> str | None:
-    """Which of the grid's runs are trained once under another name (run.identity), counted once above."""
+    """Which of the grid's runs are trained once under another name (grid.identity), counted once above."""
     if not jobs.shared:
         return None
     names = [f"{r.model}/{r.dataset}/{r.arm}/seed{r.seed} is {grid}'s {c.arm}" for r, (c, grid) in
              sorted(jobs.shared.items())]
     return (f"{len(names)} run(s) of grid {jobs.name!r} compute what another run of these results computes (the same "
-            f"model, data and settings: run.identity), trained once and counted once: " + "; ".join(names))
+            f"model, data and settings: grid.identity), trained once and counted once: " + "; ".join(names))
 
 

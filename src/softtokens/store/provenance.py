@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from softtokens import __version__
-from softtokens.run.files import DIR_RECORD, SIDECAR_SUFFIX, sha256_path, write_json
+from softtokens.store.files import DIR_RECORD, SIDECAR_SUFFIX, sha256_path, write_json
 
 _LIBRARIES = ("torch", "transformers", "accelerate", "snakemake", "math_verify", "datasets", "pandas")
 
@@ -34,7 +34,7 @@ def config_hash(config: Any) -> str:
 
 # ---------------------------------------------------------------- the record
 def git_state() -> dict:
-    root = Path(__file__).resolve().parents[3]  # the checkout: src/softtokens/run/provenance.py
+    root = Path(__file__).resolve().parents[3]  # the checkout: src/softtokens/store/provenance.py
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                                 text=True, timeout=10).stdout.strip()

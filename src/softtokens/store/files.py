@@ -18,7 +18,7 @@ from typing import Any
 
 # a result that is not JSON (JSONL, tables, figures) has its provenance record beside it, in
 # <name>.prov.json; a directory (a checkpoint) holds its record inside, in provenance.json
-# (run.provenance.record_path decides which, for writers and readers alike)
+# (store.provenance.record_path decides which, for writers and readers alike)
 SIDECAR_SUFFIX = ".prov.json"
 DIR_RECORD = "provenance.json"
 

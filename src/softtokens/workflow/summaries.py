@@ -3,21 +3,21 @@ evaluation files (or training metrics), and after a run of one cell they are old
 
 Why its own module: the workflow says so at the end of such a run (Snakefile, onsuccess), so a
 researcher who reran one cell knows which tables and figures no longer show it, and how to remake
-them; the grid's targets (run.targets) say what each summary reads."""
+them; the grid's targets (grid.targets) say what each summary reads."""
 
 from __future__ import annotations
 
 import os
 
-from softtokens.run import paths
-from softtokens.run.targets import GridTargets
+from softtokens.store import paths
+from softtokens.grid.targets import GridTargets
 
 
 def summaries(targets: GridTargets) -> dict[str, list[str]]:
     """Each file that summarises others (a table, a figure, the reproduction report) -> what it is made from."""
     out = {paths.table_path(targets.results, n, "md"): targets.table_inputs(n) for n in targets.table_names()}
-    for name in targets.figure_specs():
-        inputs = targets.figure_inputs(name)
+    for name in targets.figures.specs():
+        inputs = targets.figures.inputs(name)
         out[paths.figure_path(targets.results, name)] = inputs["metrics"] + inputs["evals"]
     out[paths.report_path(targets.results, "reproduction.md")] = targets.eval_targets() + targets.loglik_targets()
     return out

@@ -27,10 +27,10 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from softtokens.run.names import ARM_RE, MODE_RE, MODES, SETTING_RE, VARIANT_RE
+from softtokens.config.names import ARM_RE, MODE_RE, MODES, SETTING_RE, VARIANT_RE
 
 DATASET_RE = r"[A-Za-z0-9_.]+"
-# Snakemake wildcard constraints (run/jobs.py), the same patterns the parsers below use
+# Snakemake wildcard constraints (grid/jobs.py), the same patterns the parsers below use
 TRAINED_RE = rf"base|{DATASET_RE}-{ARM_RE}-seed\d+"
 WILDCARDS = {"model": r"[A-Za-z0-9_.-]+", "dataset": DATASET_RE, "benchmark": DATASET_RE, "arm": ARM_RE,
              "seed": r"\d+", "setting": SETTING_RE, "trained": TRAINED_RE}

@@ -1,5 +1,5 @@
 """The config as YAML text: its syntax checked before anything reads it, where each key is written (file:line),
-and the error that names a key and the closest valid name. Below run.config, which checks what the text means."""
+and the error that names a key and the closest valid name. Below config.grids, which checks what the text means."""
 
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
-from softtokens.run import names
-from softtokens.run.config_text import ConfigError, check_yaml_syntax, key_lines, key_path, unknown_name
-from softtokens.run.sweeps import SWEPT, expand_sweeps, spec_of
+from softtokens.config import names
+from softtokens.config.text import ConfigError, check_yaml_syntax, key_lines, key_path, unknown_name
+from softtokens.config.sweeps import SWEPT, expand_sweeps, spec_of
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
@@ -294,7 +294,7 @@ def cell_lr(config: dict, grid_name: str, model: str, dataset: str, variant: str
 def cell_grid(config: dict, grid_name: str, model: str, dataset: str, variant: str = "") -> str:
     """The grid that names a run of ``grid_name``'s results: ``grid_name`` for its own cells (and default runs),
     else the first grid sharing its results whose cells do (a run another grid's name is trained under that grid's
-    settings: run.identity)."""
+    settings: grid.identity)."""
     grids = config["grids"]
 
     def names(g: str) -> bool:
@@ -375,3 +375,20 @@ def load_config(path: str | Path, loader_kind, grid: str | None = None) -> dict:
     config, files = read_config(path, grid)
     check_config(config, loader_kind, files)
     return config
+
+
+# ---------------------------------------------------------------- what a run's settings compute
+MEMORY_ONLY = ("micro_batch_size", "activation_checkpointing", "val_batch_size")
+NAME_ONLY = ("variant",)
+
+
+def computing_settings(settings: dict) -> dict:
+    """A run's settings less its name and what changes only memory: what decides its numbers."""
+    return {k: v for k, v in settings.items() if k not in MEMORY_ONLY + NAME_ONLY}
+
+
+def train_processes(grid: dict, model: str) -> int:
+    """GPUs (one process each) of a model's training jobs: the model's ``train_gpus``, else the
+    grid's ``resources.train.gpu``, else 1."""
+    spec = grid["models"][model]
+    return int(spec.get("train_gpus") or grid.get("resources", {}).get("train", {}).get("gpu") or 1)

@@ -3,7 +3,7 @@ away (`softtokens config` prints them for a grid; the reproduction report lists 
 
 from __future__ import annotations
 
-from softtokens.run.config import EVAL_DEFAULTS
+from softtokens.config.grids import EVAL_DEFAULTS
 
 # setting -> (what it decides and why its default, the alternative)
 READINGS = {
