@@ -245,6 +245,8 @@ def test_report_pages_show_missing_cells_and_claims(fixture):
 # ---------------------------------------------------------------- audit of one cell
 def _chain(tmp_path: Path) -> tuple[Path, list[Path]]:
     """data -> training checkpoint -> selection -> evaluation files of two seeds -> tables."""
+    import torch
+    from safetensors.torch import save_file
     from softtokens.report.tables import write_tables
 
     data = tmp_path / "data" / "ds"
@@ -259,7 +261,7 @@ def _chain(tmp_path: Path) -> tuple[Path, list[Path]]:
         run = tmp_path / "runs" / "toy" / "ds" / "hard" / f"seed{seed}"
         best = run / "checkpoints" / "best"
         best.mkdir(parents=True)
-        (best / "model.safetensors").write_text(f"weights {seed}")
+        save_file({"w": torch.full((2,), float(seed))}, str(best / "model.safetensors"))   # data only, as the audit asks
         TrainerState(step=8, best_val=acc, base_val=None, embedding_scale={}, sigma=0.0, noise={},
                      config={"mode": "hard", "seed": seed}, base_model="toy", base_revision=None,
                      processes=1).write(best)   # whose run it is: audit.links checks the checkpoint's identity

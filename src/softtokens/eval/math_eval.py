@@ -21,6 +21,7 @@ from softtokens.engine.settings import (
     is_stochastic,
 )
 from softtokens.eval.metrics import entropy_profile, entropy_sums, mean_pass_at_k
+from softtokens.model.cpu_bf16 import bf16_products
 from softtokens.model.loading import (
     confirm_checkpoint,
     hub_revision,
@@ -69,8 +70,9 @@ class MathEvaluator:
         settings = INFERENCE_SETTINGS if cot is None else cot_settings(cot)
         if setting_name not in settings:
             raise ValueError(f"unknown inference setting {setting_name!r} (known: {', '.join(settings)})")
-        return _evaluate(self, rows, setting_name, settings[setting_name], n_samples, cot_max_tokens,
-                         answer_max_tokens, batch_size, seed, refill, placement)
+        with bf16_products(self.model.dtype, self.model.device):   # model.cpu_bf16: bf16 on a CPU without bf16 units
+            return _evaluate(self, rows, setting_name, settings[setting_name], n_samples, cot_max_tokens,
+                             answer_max_tokens, batch_size, seed, refill, placement)
 
 
 def evaluate(model_path: str, rows: list[dict], setting_name: str, n_samples: int, cot_max_tokens: int,

@@ -119,15 +119,8 @@ def evaluate_ood(model_path: str, rows: list[dict], protocol: str, cot_max_token
     loaded from ``model_path`` by the job (one evaluated model's every file in one process: commands.evaluate)."""
     import torch
 
-    from softtokens.engine.cot import CotEngine
-    from softtokens.eval.loglik import score_rows, summarise
-    from softtokens.model.loading import (
-        confirm_checkpoint,
-        hub_revision,
-        load_model,
-        load_tokenizer,
-        pick_device,
-    )
+    from softtokens.model.cpu_bf16 import bf16_products
+    from softtokens.model.loading import load_model, load_tokenizer, pick_device
 
     check_protocol(protocol)
     torch.set_num_threads(threads)
@@ -136,6 +129,17 @@ def evaluate_ood(model_path: str, rows: list[dict], protocol: str, cot_max_token
     else:
         tokenizer = load_tokenizer(model_path)
         model = load_model(model_path, dtype, pick_device(), defer_check=True).eval()   # hashed beside the scoring
+    with bf16_products(model.dtype, model.device):   # model.cpu_bf16: bf16 on a CPU without bf16 units
+        return _score(model, tokenizer, rows, protocol, cot_max_tokens, answer_max_tokens, batch_size,
+                      loglik_batch_size)
+
+
+def _score(model, tokenizer, rows: list[dict], protocol: str, cot_max_tokens: int, answer_max_tokens: int,
+           batch_size: int, loglik_batch_size: int) -> dict:
+    from softtokens.engine.cot import CotEngine
+    from softtokens.eval.loglik import score_rows, summarise
+    from softtokens.model.loading import confirm_checkpoint, hub_revision
+
     start = time.time()
     scored = score_rows(model, tokenizer, rows, loglik_batch_size)
     cloze = summarise(scored)

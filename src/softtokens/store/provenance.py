@@ -76,7 +76,10 @@ def device() -> dict:
     if torch is not None and torch.cuda.is_available():
         return {"kind": "cuda", "name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count()}
     capability = None if torch is None else torch.backends.cpu.get_cpu_capability()
-    return {"kind": "cpu", "name": _cpu_model(), "count": os.cpu_count(), "torch_cpu_capability": capability}
+    # whether bf16 products ran on bf16 units or in float32 (model.cpu_bf16: the same arithmetic, another kernel)
+    native = None if torch is None else bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return {"kind": "cpu", "name": _cpu_model(), "count": os.cpu_count(), "torch_cpu_capability": capability,
+            "cpu_bf16_native": native}
 
 
 def rel(path: str | os.PathLike) -> str:

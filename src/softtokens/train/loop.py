@@ -21,6 +21,7 @@ from tqdm import tqdm
 from softtokens.data.prompt import format_prompt
 from softtokens.engine.cot import CotEngine
 from softtokens.engine.sampling import row_seed
+from softtokens.model.cpu_bf16 import bf16_products
 from softtokens.model.checkpoint import TrainerState
 from softtokens.model.loading import hub_revision, load_model, load_tokenizer
 from softtokens.model.scale import EmbeddingScale, noise_scale
@@ -212,7 +213,8 @@ class Trainer:
         if self.store.recovered:  # the newest save was damaged: what the run resumed from instead, in its metrics
             self.metrics.append({"kind": "resume", "step": self.start_step, **self.store.recovered})
             self.store.log(self.metrics[-1])
-        with StopSignals() as signals, self.store.settling():   # a failure leaves with the save in flight on disk
+        # bf16 products in float32 on a CPU without bf16 units (model.cpu_bf16: the same arithmetic, its fast kernel)
+        with StopSignals() as signals, self.store.settling(), bf16_products(self.cfg.compute_dtype, self.device):
             if self.start_step == 0:
                 self.validate_and_keep_best(0)
             bar = tqdm(range(self.start_step, self.cfg.steps), desc=f"RLOO {self.cfg.mode} seed {self.cfg.seed}",

@@ -225,6 +225,22 @@ def bound_local_memory(workflow, jobs, dryrun: bool) -> None:
 
 
 # ---------------------------------------------------------------- the workflow's entry points
+# Snakemake's modes that plan or list but run no job: the pre-flight's refusals are for runs
+NO_JOB_MODES = ("list_rules", "list_target_rules", "dag", "rulegraph", "filegraph", "d3dag", "summary",
+                "detailed_summary", "archive", "cleanup_metadata", "cleanup_shadow", "unlock", "list_changes",
+                "list_input_changes", "list_params_changes", "list_untracked", "delete_all_output",
+                "delete_temp_output", "containerize", "export_cwl", "generate_unit_tests", "touch",
+                "list_conda_envs", "conda_create_envs_only")
+
+
+def runs_no_job(args) -> bool:
+    """Whether this Snakemake command only lists, draws or cleans (`--list-rules`, `--dag`, `--summary`, `--unlock`,
+    `--report` without `--report-after-run` ...): no job of it can meet a memory or SLURM problem."""
+    if any(getattr(args, name, None) for name in NO_JOB_MODES):
+        return True
+    return bool(getattr(args, "report", None)) and not getattr(args, "report_after_run", False)
+
+
 def workflow_jobs(config: dict):
     """The grid's jobs as the workflow plans them (grid.jobs.GridJobs): `auto` micro-batch / checkpointing the memory
     plan's, each job's host memory sizing.host's (the mem_mb it declares)."""
@@ -282,9 +298,11 @@ def startup(config: dict, workflow) -> object:
         if bad:
             stop(f"target(s) outside grid {config['grid']!r} (config.yaml):\n  " + "\n  ".join(bad)
                  + "\nAdd them to the grid's training cells or evaluation to make them.")
-        if args.executor in LOCAL_EXECUTORS:
+        if runs_no_job(args):
+            pass
+        elif args.executor in LOCAL_EXECUTORS:
             bound_local_memory(workflow, jobs, bool(args.dryrun or getattr(args, "lint", None)))
-        if args.executor == "slurm":
+        elif args.executor == "slurm":
             problems = preflight(config, config["grid"], getattr(args, "slurm_status_command", None),
                                  list(args.targets or []))
             if problems and args.dryrun:
