@@ -36,7 +36,7 @@ FAULTS = Path(__file__).resolve().parent / "faults"
 # real SLURM test (mostly waiting on SLURM, so it overlaps with the rest), the real model's DAG, the tiny DAG, the
 # two-process training, ...; the tiny DAG's other readers after it has had time to be built.
 FIRST = ("test_slurm.py", "test_real_model.py", "test_tiny_dag.py", "test_paper_path.py", "test_reliability.py",
-         "test_dag_faults.py", "test_dag_audit.py", "test_gpu_check.py", "test_workflow.py", "test_readme.py",
+         "test_dag_faults.py", "test_dag_audit.py", "test_crate.py", "test_gpu_check.py", "test_workflow.py", "test_readme.py",
          "test_first_day.py", "test_training.py")
 
 

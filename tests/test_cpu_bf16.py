@@ -72,3 +72,32 @@ def test_an_evaluation_in_bf16_decodes_inside_the_context_the_host_calls_for(nat
     ev.model = ev.model.float()   # float32 compute: never
     ev.run([], "hard_greedy", 1, 4, 4, 1, 0)
     assert not seen
+
+
+def test_a_checkpointed_block_recomputes_under_the_forwards_products():
+    """Activation checkpointing (the paper grid's MATH runs, the replay's chunks) recomputes in the backward pass,
+    where the caller's function modes are gone: without recompute_as_forward torch refuses the bf16 recomputation of
+    a float32-saved product (CheckpointError, seen on every FSDP test of tests/test_paper_path.py); with it the
+    gradients equal the uncheckpointed block's bit for bit. Outside the mode it is a plain checkpoint."""
+    from torch.utils.checkpoint import CheckpointError, checkpoint
+
+    from softtokens.model.cpu_bf16 import recompute_as_forward
+
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32)).to(torch.bfloat16)
+    x = torch.randn(6, 32, dtype=torch.bfloat16)
+
+    def grads(**how):
+        block.zero_grad()
+        with Float32Products():
+            y = checkpoint(block, x, use_reentrant=False, **how) if how else block(x)
+            y.float().square().sum().backward()
+        return [p.grad.clone() for p in block.parameters()]
+
+    plain = grads()
+    assert all(torch.equal(a, b) for a, b in zip(plain, grads(context_fn=recompute_as_forward)))
+    with pytest.raises(CheckpointError):
+        grads(determinism_check="default")   # the bare checkpoint: the mismatch this guards against
+    block.zero_grad()
+    checkpoint(block, x, use_reentrant=False, context_fn=recompute_as_forward).float().sum().backward()
+    assert all(p.grad is not None for p in block.parameters())

@@ -169,6 +169,9 @@ def build_crate(targets: list[Path], with_checkpoints: bool = False):
     return crate, chain
 
 
+SNAKEMAKE_MARKER = ".snakemake_timestamp"   # Snakemake's own empty mark in a directory output: not a result's file
+
+
 def _add_files(crate, chain: Chain, with_checkpoints: bool) -> dict:
     """Every file of the chain at its root-relative path, with its size and sha256; a model directory's weights named
     by their manifest's hash and left out unless ``with_checkpoints``."""
@@ -184,7 +187,7 @@ def _add_files(crate, chain: Chain, with_checkpoints: bool) -> dict:
                 crate.add_file(side, dest_path=side.relative_to(chain.root).as_posix(), properties=_file_props(side))
             continue
         parts = []
-        for f in sorted(p for p in src.rglob("*") if p.is_file()):
+        for f in sorted(p for p in src.rglob("*") if p.is_file() and p.name != SNAKEMAKE_MARKER):
             inner = f.relative_to(chain.root).as_posix()
             if f.suffix == WEIGHTS and not with_checkpoints and is_model(src):
                 parts.append(crate.add(ContextEntity(crate, f"#weights:{inner}", properties={

@@ -12,6 +12,7 @@ import tempfile
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import unquote
 
 from softtokens.audit.cell import cells_root, value_from_rows
 from softtokens.audit.records import hash_problems
@@ -56,7 +57,7 @@ def file_problems(crate: Path, graph: dict) -> tuple[list[str], int, int]:
         if e.get("description") == NOT_INCLUDED:
             absent += 1
             continue
-        f = crate / eid
+        f = crate / unquote(eid)   # an @id is a URI path: "hard@lr3.5e-05" is written "hard%40lr3.5e-05"
         if not f.is_file():
             out.append(f"MISSING {eid}: the crate's metadata names it (sha256 {want[:12]}), the crate holds no such file")
         elif (got := sha256_file(f)) != want:

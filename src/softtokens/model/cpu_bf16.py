@@ -48,6 +48,17 @@ def _bf16_cpu(x) -> bool:
     return isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16 and x.device.type == "cpu"
 
 
+def recompute_as_forward():
+    """``context_fn`` for torch.utils.checkpoint (use_reentrant=False): the recomputation in the backward pass runs
+    under Float32Products where the forward did. The autograd engine runs a checkpoint's recomputation outside the
+    caller's function modes, so without it a recomputed product is bf16 where the forward's saved one was float32,
+    and torch refuses the mismatch (CheckpointError: "Recomputed values ... have different metadata")."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    forward = any(isinstance(m, Float32Products) for m in _get_current_function_mode_stack())
+    return contextlib.nullcontext(), (Float32Products() if forward else contextlib.nullcontext())
+
+
 def bf16_products(dtype: torch.dtype | str, device: torch.device | str):
     """The context a job computes in: Float32Products where ``upcasts``, else nothing."""
     return Float32Products() if upcasts(dtype, device) else contextlib.nullcontext()

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from softtokens.model.cpu_bf16 import recompute_as_forward
 from softtokens.train.config import logit_chunk_steps
 
 # a CoT step is a near tie when its mixture's second weight is at least this share of its first:
@@ -170,7 +171,8 @@ def rollout_log_probs(model, rollout, sigma: float, answer_temperature: float,
 
         loss, parts = fused_replay_loss(h, W32, E32, row_weights, chunks, logit_terms)
     elif recompute:
-        parts = [checkpoint(_chunk_terms, *args, use_reentrant=False, **kw) for _, _, args, kw in chunks]
+        parts = [checkpoint(_chunk_terms, *args, use_reentrant=False, context_fn=recompute_as_forward, **kw)
+                 for _, _, args, kw in chunks]
     else:
         parts = [_chunk_terms(*args, **kw) for _, _, args, kw in chunks]
     cot_lp = sum(p[0] for p in parts)

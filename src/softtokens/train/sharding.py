@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from softtokens.model.cpu_bf16 import recompute_as_forward
 from softtokens.model.loading import DTYPES
 from softtokens.train.rloo import Replay, rollout_log_probs
 
@@ -66,7 +67,8 @@ def shard_policy(lm, mesh, compute_dtype: str, param_dtype: str = "float32",
                               reduce_dtype=torch.float32 if param_dtype == "float32" else DTYPES[param_dtype],
                               cast_forward_inputs=False)
     if activation_checkpointing:
-        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False,
+                                                                        "context_fn": recompute_as_forward})
     policy = ReplayPolicy(lm)
     units = [*decoder_layers(lm), policy]
     for unit in units:
