@@ -71,6 +71,10 @@ def test_the_grids_crate_passes_the_provenance_run_crate_profile_offline_and_run
 
 
 def test_the_zipped_crate_audits_clean_where_no_results_tree_is(zipped, tmp_path):
+    from softtokens.crate.validate import validate
+
+    verdict = validate(zipped, tmp_path / "validator-cache")   # the zip itself (the README's `crate --zip --validate`)
+    assert verdict["passed"] and not [i for i in verdict["issues"] if i[0] == "REQUIRED"], verdict["issues"][:10]
     crate = unpacked(zipped, tmp_path / "reviewer")
     assert not (tmp_path / "reviewer" / "results").exists()
     for target in (crate, zipped):   # unpacked, and the zip itself

@@ -47,10 +47,15 @@ def seed_cache(cache_home: Path) -> Path:
 
 def validate(crate: Path, cache_home: Path) -> dict:
     """The validator's verdict on ``crate`` at PROFILE, offline: {"passed", "issues": [(severity, message, entity)]}."""
+    from softtokens.crate.check import opened
+
     seed_cache(cache_home)
     exe = Path(sys.executable).with_name("rocrate-validator")
-    proc = subprocess.run([str(exe), "validate", "--offline", "-p", PROFILE, "--no-paging", "--output-format", "json",
-                           str(crate)], capture_output=True, text=True, env={**os.environ, "XDG_CACHE_HOME": str(cache_home)})
+    # a zip unpacked first: rocrate-validator 0.13 stops on one ("Object of type URI is not JSON serializable")
+    with opened(crate) as directory:
+        proc = subprocess.run([str(exe), "validate", "--offline", "-p", PROFILE, "--no-paging", "--output-format",
+                               "json", str(directory)], capture_output=True, text=True,
+                              env={**os.environ, "XDG_CACHE_HOME": str(cache_home)})
     try:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:
