@@ -98,7 +98,8 @@ def lean(parts: list[dict], margin: float) -> str:
         return "no estimate to lean on"
     held = [e for e in made if _holds(e, margin)]
     against = len(made) - len(held)
-    words = {SAME: f"inside ±{margin:g}", NOT_WORSE: f"above -{margin:g}", MORE: "above 0", LESS: "below 0"}
+    # the words say what _holds counts: an estimate at the margin itself is on the claim's side
+    words = {SAME: f"inside ±{margin:g}", NOT_WORSE: f"at or above -{margin:g}", MORE: "above 0", LESS: "below 0"}
     rules = {e.comparison.rule for e in made}
     where = words[next(iter(rules))] if len(rules) == 1 else "on the claim's side"
     text = (f"leans {'toward' if len(held) > against else 'against'} the claim: {len(held)} of {len(made)} point "
