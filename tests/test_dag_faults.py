@@ -9,7 +9,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from conftest import fault_env
 from shared_dag import (
     EVAL,
@@ -24,14 +23,7 @@ from shared_dag import (
     run_audit,
     train_rows,
 )
-from shared_dag import tiny_dag as shared_tiny_dag
 from test_workflow import BIN, ROOT, snakemake
-
-
-@pytest.fixture(scope="module")
-def dag(tmp_path_factory) -> Path:
-    """The session's tiny DAG (built by whichever module asks first); read only: a test that changes it copies it."""
-    return shared_tiny_dag(tmp_path_factory)
 
 
 def test_a_failing_rerun_keeps_the_results_it_was_to_replace(dag, tmp_path):

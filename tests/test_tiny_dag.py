@@ -14,14 +14,7 @@ import pytest
 
 from softtokens.store.files import sha256_file
 from shared_dag import EVAL, LOGLIK, SAMPLE, args_of, copy_of, run_audit
-from shared_dag import tiny_dag as shared_tiny_dag
 from test_workflow import BIN, job_counts, snakemake, tiny_args
-
-
-@pytest.fixture(scope="module")
-def dag(tmp_path_factory) -> Path:
-    """The session's tiny DAG (built by whichever module asks first); read only: a test that changes it copies it."""
-    return shared_tiny_dag(tmp_path_factory)
 
 
 @pytest.mark.slow

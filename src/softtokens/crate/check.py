@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from softtokens.audit.cell import cells_root, value_from_rows
+from softtokens.audit.chain import EVAL_STAGES
 from softtokens.audit.records import hash_problems
 from softtokens.audit.rows import row_problems
 from softtokens.cells.results import mean_std_text
@@ -25,7 +26,6 @@ from softtokens.store.files import MalformedFile, read_json, sha256_file
 from softtokens.store.provenance import at_root, read_record, record_path, record_root
 
 METADATA = "ro-crate-metadata.json"
-EVAL_STAGES = ("evaluate", "evaluate_loglik")
 
 
 def is_crate(path: Path) -> bool:

@@ -298,11 +298,10 @@ def startup(config: dict, workflow) -> object:
         if bad:
             stop(f"target(s) outside grid {config['grid']!r} (config.yaml):\n  " + "\n  ".join(bad)
                  + "\nAdd them to the grid's training cells or evaluation to make them.")
-        if runs_no_job(args):
-            pass
-        elif args.executor in LOCAL_EXECUTORS:
+        runs = not runs_no_job(args)   # a command that lists, draws or cleans has nothing to refuse
+        if runs and args.executor in LOCAL_EXECUTORS:
             bound_local_memory(workflow, jobs, bool(args.dryrun or getattr(args, "lint", None)))
-        elif args.executor == "slurm":
+        elif runs and args.executor == "slurm":
             problems = preflight(config, config["grid"], getattr(args, "slurm_status_command", None),
                                  list(args.targets or []))
             if problems and args.dryrun:
