@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "softtokens"
 # (config is lowest, then the store: names, settings and paths are read by every layer; data reads reward's answer
 # normaliser to check golds when it prepares a dataset)
 LAYERS = ("config", "store", "reward", "data", "model", "engine", "rates", "train", "sizing", "grid", "eval", "cells",
-          "cost", "audit", "crate", "verdict", "search", "report", "gpucheck", "workflow", "commands", "cli", "bytecode")
+          "cost", "audit", "crate", "verdict", "robustness", "search", "report", "gpucheck", "workflow", "commands", "cli", "bytecode")
 MAX_MODULE_LINES, MAX_CLASS_LINES = 400, 200
 MAX_ROOM_LINES = 2500   # a sub-package past this holds more than one thing users come for: split it
 

@@ -1,5 +1,5 @@
-"""How likely a verdict is to reproduce (verdict.reproducibility) and the cheapest grid that settles a
-claim (verdict.claim_plan, `softtokens plan --claims`): simulations that recover known answers,
+"""How likely a verdict is to reproduce (robustness.reproducibility) and the cheapest grid that settles a
+claim (robustness.claim_plan, `softtokens plan --claims`): simulations that recover known answers,
 determinism under a seed, a claim without cells named, and the written grid planned by Snakemake."""
 
 import json
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from softtokens.verdict import reproducibility as R
+from softtokens.robustness import reproducibility as R
 from softtokens.verdict.choices import DEFAULT
 from softtokens.verdict.reproduction import paper_cells
 

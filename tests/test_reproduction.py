@@ -4,6 +4,7 @@ few paper cells, benchmark files for the ledger. Then the audit of one table cel
 file under it was edited."""
 
 import json
+from html import escape as html_escape
 import math
 from pathlib import Path
 
@@ -240,6 +241,17 @@ def test_report_pages_show_missing_cells_and_claims(fixture):
     claims_file = json.loads((fixture["out"] / "claims.json").read_text())
     assert len(claims_file["ours"]) >= 7 and all(c["quotes"] for c in claims_file["ours"])
     assert "<details><summary>Ours: `pass1_parity` — " in md
+    # issue 72: a specification curve per judged claim (its multiverse in claims.json, its figure in the page)
+    curves = 0
+    for side, words in (("paper", "the paper's numbers"), ("ours", "this grid's numbers")):
+        for c in claims_file[side]:
+            m = c["multiverse"]
+            if not m or all(row[4] is None for row in m["curve"]["rows"]):
+                continue
+            assert sum(m["counts"].values()) == m["distinct"] == len(m["curve"]["rows"])
+            assert f"<img alt='Specification curve of `{c['key']}` on {html_escape(words)}" in html, c["key"]
+            curves += 1
+    assert curves >= 2 and html.count("<img alt='Specification curve of") == curves
 
 
 # ---------------------------------------------------------------- audit of one cell

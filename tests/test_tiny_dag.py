@@ -92,7 +92,7 @@ def test_tiny_dag_end_to_end(dag, tmp_path):
         assert f"**{c['verdict']}**" in row, c["key"]
         if c["sensitivity"] and c["design"]["otherwise"]:   # robustness is shown for a verdict that could differ
             held = c["supported_by"]
-            assert f"{held['specifications']} of {held['of']} support" in row, c["key"]
+            assert f"{held['specifications']:,} of {held['of']:,} distinct support" in row, c["key"]
         if c["margin"]:
             assert f"±{c['margin']['value']:g} {c['margin']['unit']}" in row, c["key"]
         assert c["summary"].split(" — ")[0] in report

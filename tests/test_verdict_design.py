@@ -21,7 +21,8 @@ import pytest
 
 from softtokens.cells.lookup import index_cells
 from softtokens.cells.paper import load_paper_results
-from softtokens.verdict import claims, judging, reproducibility
+from softtokens.robustness import reproducibility
+from softtokens.verdict import claims, judging
 from softtokens.verdict.choices import DEFAULT, EVERY, GENERALLY, MOST
 from softtokens.verdict.judging import SAME, Comparison, PartPlan
 from softtokens.verdict.reproduction import paper_cells
@@ -147,7 +148,7 @@ def test_one_comparison_at_the_margin_with_a_huge_error_is_held_at_alpha():
 
 # ---------------------------------------------------------------- the planner and the judge
 def _direct_p_contradicted(paper: pd.DataFrame, seeds: int, draws: int, rho_q: float, seed: int) -> float:
-    """pass1_parity over reproductions drawn here, independently of verdict.reproducibility: per run a seed
+    """pass1_parity over reproductions drawn here, independently of robustness.reproducibility: per run a seed
     effect (the paper's sample std, cells of one run correlated by Spec.rho), per benchmark one test-set
     draw per reproduction taken by each cell with correlation rho_q; judged with the same rho_q."""
     spec = replace(DEFAULT, question_rho=rho_q)
@@ -161,7 +162,7 @@ def _direct_p_contradicted(paper: pd.DataFrame, seeds: int, draws: int, rho_q: f
     for key in keys:
         c = truth[key]
         run = runs.setdefault(key[:4], rng.standard_normal((draws, seeds)))
-        z = math.sqrt(spec.rho) * run + math.sqrt(1 - spec.rho) * rng.standard_normal((draws, seeds))
+        z = math.sqrt(spec.simulated_rho) * run + math.sqrt(1 - spec.simulated_rho) * rng.standard_normal((draws, seeds))
         values = c["mean"] + c["std"] * z
         q = questions.setdefault(key[4], rng.standard_normal(draws))
         test_z = math.sqrt(rho_q) * q + math.sqrt(1 - rho_q) * rng.standard_normal(draws)
@@ -213,9 +214,9 @@ def test_the_first_screen_says_what_each_design_could_decide(tmp_path):
         if c["verdict"] == judging.UNDECIDED:
             assert "leans toward the claim" in row or "leans against the claim" in row
     parity = next(line for line in lines if line.startswith("| `pass1_parity`"))
-    # the review's count: 16 of 30 estimates outside ±2.5, 8 with hard ahead; 2 of 5 units contradicted
-    assert "leans against the claim: 14 of 30 point estimates inside ±2.5 (8 with hard training ahead" in parity, parity
-    assert "2 of 5 model-dataset combinations contradicted" in parity
+    # 'competitive' read one-sided (issue 72): 8 of 30 estimates with hard training ahead by more than 2.5, so 22 at
+    # or above -2.5 (read two-sided, 16 were outside ±2.5, the 8 with soft or fuzzy ahead counted against it)
+    assert "leans toward the claim: 22 of 30 point estimates at or above -2.5" in parity, parity
 
 
 @pytest.mark.parametrize("rule", [SAME, judging.NOT_WORSE, judging.MORE, judging.LESS])

@@ -25,7 +25,7 @@ GROUPS = (
      "snakemake.api", "snakemake.persistence",
      "snakemake_executor_plugin_slurm", "pytest", "xdist", "softtokens.cli", "softtokens.report.page",
      "softtokens.report.figures", "softtokens.audit.chain", "softtokens.audit.status", "softtokens.cost.bill",
-     "softtokens.verdict.claim_plan"),
+     "softtokens.robustness.claim_plan"),
 )
 
 

@@ -169,7 +169,7 @@ PAPER_CLAIMS = paths.report_path(RESULTS, paths.PAPER_CLAIMS)
 
 
 rule paper_claims:
-    """The paper's claims judged on its own numbers (softtokens.verdict.paper_verdicts): it reads none of this grid's
+    """The paper's claims judged on its own numbers (softtokens.robustness.paper_verdicts): it reads none of this grid's
     results, so it runs beside the grid's first jobs."""
     input:
         paper=JOBS.paper_results().values(),

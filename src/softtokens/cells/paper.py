@@ -52,6 +52,15 @@ PAPER_SEARCH = {"learning_rate": {"llama-3b": 6e-6, "llama-8b": 3e-6, "qwen-3b":
 
 PAPER_SEEDS = {"main": 3, "ablation": 2, "base": 1}
 
+# the decimals the paper prints a ± with: two in the out-of-domain table, one elsewhere (so a printed ±0.0 is a std
+# below 0.05, and ±0.00 below 0.005: printed_bound)
+PRINTED_DECIMALS = {"table:stdbenchmarks": 2}
+
+
+def printed_bound(table: str) -> float:
+    """The largest std a printed ±0 of ``table`` can round from (half its last printed digit)."""
+    return 0.5 * 10.0 ** -PRINTED_DECIMALS.get(table, 1)
+
 
 def paper_seeds(train_mode: str, variant: str = "") -> int:
     """How many seeds (evaluations) a published cell averages (PAPER_SEEDS)."""

@@ -68,12 +68,12 @@ def cmd_report(a) -> None:
 
 
 def cmd_judge_paper(a) -> None:
-    """The paper's claims judged on its own numbers (verdict.paper_verdicts): a job of its own, beside the grid's."""
+    """The paper's claims judged on its own numbers (robustness.paper_verdicts): a job of its own, beside the grid's."""
     from softtokens.cells.paper import PAPER_RESULTS, PaperResultsError, load_paper_results
     from softtokens.store.files import write_json
     from softtokens.store.provenance import Provenance
     from softtokens.verdict.claims import MarginError, judging_spec
-    from softtokens.verdict.paper_verdicts import paper_verdicts
+    from softtokens.robustness.paper_verdicts import paper_verdicts
 
     settings = parse_settings(a.settings)
     source = settings.get("paper_results")
@@ -266,7 +266,7 @@ def register(sub) -> None:
     c.set_defaults(func=cmd_report)
 
     c = sub.add_parser("judge-paper", help="the paper's claims judged on its own numbers, under every specification, "
-                                           "with their odds in reproductions (verdict.paper_verdicts)")
+                                           "with their odds in reproductions (robustness.paper_verdicts)")
     c.add_argument("--settings", required=True, help="JSON: the config's judging block, optional paper_results")
     c.add_argument("--out", required=True)
     c.set_defaults(func=cmd_judge_paper)

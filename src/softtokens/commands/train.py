@@ -156,9 +156,9 @@ def cmd_select(a) -> None:
 
 
 def cmd_plan_claims(a) -> None:
-    """`plan --claims`: the cheapest grid that settles the claims (verdict.claim_plan)."""
+    """`plan --claims`: the cheapest grid that settles the claims (robustness.claim_plan)."""
     from softtokens.cells.paper import load_paper_results
-    from softtokens.verdict.claim_plan import GRIDS_DIR, plan_claims, plan_json, plan_text, write_grid
+    from softtokens.robustness.claim_plan import GRIDS_DIR, plan_claims, plan_json, plan_text, write_grid
     from softtokens.verdict.claims import MarginError
 
     config, _ = grid_config(a)
@@ -299,7 +299,7 @@ def register(sub) -> None:
             c.add_argument("--gpus-per-node", type=int, default=None,
                            help="default: the most GPUs one job of the grid asks for (a node must hold it)")
             c.add_argument("--claims", default=None, metavar="KEY[,KEY...]",
-                           help="the cheapest grid that settles these claims of the paper (verdict.claim_plan): "
+                           help="the cheapest grid that settles these claims of the paper (robustness.claim_plan): "
                                 "their verdicts' odds, the seeds that settle each, the grid (written to grids/) "
                                 "and its cost")
             c.add_argument("--power", type=float, default=0.8,

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from softtokens.robustness import multiverse
+from softtokens.robustness.multiverse import margin_text, shares_text
 from softtokens.verdict import judging
-from softtokens.verdict.choices import CHOICES, Spec, alternatives
-from softtokens.verdict.reproducibility import DRAWS
+from softtokens.verdict.choices import CHOICES, PAPER_READING_NAME, Spec
+from softtokens.verdict.specs import size
+from softtokens.robustness.reproducibility import DRAWS
 
 
 def words(c) -> str:
@@ -35,16 +38,19 @@ def could_be_otherwise(c) -> bool:
 
 
 def robustness(c) -> str:
-    """How many specifications support the claim, and whether every one gives the default's verdict;
-    shown only for a verdict that could have gone another way."""
-    if not c.sensitivity:
+    """How many distinct specifications (every combination of the choices: robustness.multiverse) support the claim,
+    and whether every one gives the default's verdict; shown only for a verdict that could have gone another way."""
+    if not c.sensitivity and not c.multiverse:
         return "—"
     if not could_be_otherwise(c):
         return BY_DESIGN
     held, tried = c.support()
+    text = f"{held} of {tried:,} distinct support"
+    if c.multiverse:
+        text += f" ({c.multiverse['specifications']:,} combinations)"
     if c.verdict not in (judging.SUPPORTED, judging.CONTRADICTED):   # "robust" says a decision holds: none here
-        return f"{held} of {tried} support"
-    return f"{held} of {tried} support; " + ("robust" if c.robust else "not robust")
+        return text
+    return f"{text}; " + ("robust" if c.robust else "not robust")
 
 
 def odds_text(c) -> str:
@@ -89,7 +95,15 @@ def glance_frame(theirs: list, ours: list, metric_ours: str | None = None) -> pd
 
 
 def flips_text(c) -> str:
+    """The smallest sets of choices that flip the verdict together (the multiverse), or that nothing does."""
+    if c.multiverse:
+        return multiverse.flips_text(c.multiverse)
     return "; ".join(c.flips()) or ("—" if not c.sensitivity else "nothing: every specification agrees")
+
+
+def reading_text(c) -> str:
+    """The verdict under the paper's own reading, where the claim has a multiverse."""
+    return c.multiverse["paper_reading"] if c.multiverse else "—"
 
 
 def claims_frame(theirs: list, ours: list | None = None) -> pd.DataFrame:
@@ -99,8 +113,9 @@ def claims_frame(theirs: list, ours: list | None = None) -> pd.DataFrame:
     rows = []
     for i, p in enumerate(theirs):
         row = {"claim": f"`{p.key}`", "margin": _margin(p), "verdict (the paper's numbers)": p.verdict,
+               f"{PAPER_READING_NAME} (± over seeds, normal)": reading_text(p),
                "specifications": robustness(p), "P(same verdict) in a reproduction": odds_text(p),
-               "what would flip it": flips_text(p)}
+               "what would flip it": flips_text(p), "across margins": multiverse.margin_text(p.multiverse)}
         if ours is not None:
             o = ours[i]
             row = {"claim": p.statement, **{k: v for k, v in row.items() if k != "claim"},
@@ -125,8 +140,9 @@ def _tally(claims_: list) -> str:
     counts = {v: sum(c.verdict == v for c in judged) for v in judging.VERDICTS}
     robust = [c.key for c in judged if c.robust and c.verdict == judging.SUPPORTED]
     words = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-    return (f"{words} (of {len(judged)})" + (f"; robust under every specification: {', '.join(f'`{k}`' for k in robust)}"
-                                              if robust else "; none is supported under every specification"))
+    return (f"{words} (of {len(judged)})" + (f"; supported under every combination of the choices: "
+                                              f"{', '.join(f'`{k}`' for k in robust)}"
+                                              if robust else "; none is supported under every combination of the choices"))
 
 
 def answer(data: dict) -> str:
@@ -149,7 +165,7 @@ def answer(data: dict) -> str:
 
 def method(spec: Spec) -> str:
     """The rules in a paragraph, with the specification the verdicts are judged at."""
-    n_paper, n_ours = len(alternatives("paper", spec)), len(alternatives("ours", spec))
+    n_paper, n_ours = size("paper"), size("ours")
     return (f"**How a claim is judged.** Each claim is the paper's sentence, quoted, and a rule read off its words. "
             f"A claim of sameness ('similar', 'comparable', 'matching', 'preserve', 'recover', 'no benefit') is "
             f"*supported* when the difference's {100 * (1 - 2 * spec.alpha):g}% confidence interval lies inside its "
@@ -160,10 +176,14 @@ def method(spec: Spec) -> str:
             f"(partial conjunction), with the count the claim would give if it held exactly printed beside it. "
             f"Two of our cells are compared paired, question by question and seed by seed; the paper's means "
             f"cannot be. Every choice under a verdict is named below, with its reason, and each claim is judged again "
-            f"under each alternative ({n_paper} specifications on the paper's numbers, {n_ours} on ours): a verdict "
-            f"is *robust* only where every one agrees. 'P(same verdict) in a reproduction': the share of "
+            f"under every combination of them (a multiverse: {n_paper:,} specifications on the paper's numbers, "
+            f"{n_ours:,} on ours), each computation counted once (two specifications that compute the same numbers "
+            f"for a claim are one distinct specification): a verdict is *robust* only where every one agrees, and "
+            f"'what would flip it' names the fewest choices that do, together. A margin with no number in the paper "
+            f"is a stated threshold, and the verdict is shown across a range of margins too. "
+            f"'P(same verdict) in a reproduction': the share of "
             f"{DRAWS:,} simulated reproductions of the paper's grid (its numbers as the truth, its 3 seeds, judged "
-            f"by these rules) that reach the verdict again (verdict.reproducibility; docs/protocol.md).")
+            f"by these rules) that reach the verdict again (robustness.reproducibility; docs/protocol.md).")
 
 
 def choices_frame() -> pd.DataFrame:
@@ -185,3 +205,25 @@ def readings_frame(config: dict | None, grid: str) -> pd.DataFrame:
     rl = resolved_rl(config, grid) if config and grid in config.get("grids", {}) else PAPER_RL
     return pd.DataFrame([{"setting": f"rl.{key}", "this grid": str(rl.get(key, PAPER_RL[key])), "why": why,
                           "the alternative": alternative} for key, (why, alternative) in READINGS.items()])
+
+
+def multiverse_rows(c) -> list[str]:
+    """A claim's multiverse in words (robustness.multiverse): its shares, what flips it, its margin curve, the paper's
+    own reading."""
+    m = c.multiverse
+    if not m:
+        return []
+    rows = [f"every combination of the choices: {shares_text(m)} ({m['enumerated']:,} enumerated over the choices "
+            f"that act on this claim: {', '.join(m['choices'])}; the others change nothing here: "
+            f"{', '.join(m['not_acting']) or 'none'})",
+            f"what would flip it: {multiverse.flips_text(m)}"]
+    if m.get("margin_curve"):
+        rows.append(f"across margins: {margin_text(m)}")
+    rows.append(f"{PAPER_READING_NAME} (± over seeds alone, normal reference): {m['paper_reading']}")
+    return rows
+
+
+def one_at_a_time_rows(c) -> list[str]:
+    return [f"one choice changed: {s_['specification']}: {s_['verdict']}"
+            + (f" (the same computation as {s_['same_as']} on these numbers)" if s_.get("same_as") else "")
+            for s_ in c.sensitivity[1:]]

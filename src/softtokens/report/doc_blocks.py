@@ -19,6 +19,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from softtokens.report.doc_verdicts import (
+    degrees_of_freedom_block,
+    judging_choices_block,
+    paper_claims_block,
+    paper_findings_block,
+    specifications_block,
+)
+
 BEGIN = "<!-- generated: {name} (softtokens docs --write) -->"
 END = "<!-- end generated: {name} -->"
 
@@ -97,65 +105,6 @@ def paper_memory_plan_block(root: Path) -> str:
     check_config(config, loader_kind)
     resolve_gpus(config, "paper")   # the GPUs `gpus_per_run: auto` gives each model, as the workflow does
     return plan_table(grid_plan(config, "paper"), plan_budget(config["grids"]["paper"]))
-
-
-def paper_claims_block(root: Path) -> str:
-    """Every claim on the paper's own numbers: its margin, the verdict at the default specification,
-    the share of specifications that support it, and what would flip it (verdict.claims, report.page)."""
-    from softtokens.cells.paper import load_paper_results
-    from softtokens.report.claim_rows import claims_frame, design_text
-    from softtokens.verdict.claims import judge_paper_claims
-    from softtokens.verdict.reproducibility import paper_reproducibility
-
-    paper = load_paper_results()
-    judged = judge_paper_claims(paper)
-    odds = paper_reproducibility(paper)   # the report page's P(same verdict), attached as it attaches it
-    for c in judged:
-        c.reproducibility = odds[c.key].record() if c.key in odds else None
-    frame = claims_frame(judged)
-    frame.insert(3, "what these numbers could decide", [design_text(c).replace(f"**{c.verdict}**; ", "")
-                                                         if c.design else "—" for c in judged])
-    frame.insert(1, "the paper's words (line)", [
-        "; ".join(f"\"{q['text']}\" ({q['where'].rsplit('line ', 1)[1].rstrip(')')})" for q in c.quotes) for c in judged])
-    frame["verdict (the paper's numbers)"] = [f"**{v}**" for v in frame["verdict (the paper's numbers)"]]
-    return frame.to_markdown(index=False)
-
-
-def judging_choices_block(root: Path) -> str:
-    """Every choice a verdict depends on (verdict.choices), with the evidence for the paper's ± read as
-    a population std: the ARC-Challenge triples each reading admits (cells.paper.admitted_ddof)."""
-    from softtokens.cells.paper import admitted_ddof, load_paper_results
-    from softtokens.report.claim_rows import choices_frame
-
-    paper = load_paper_results()
-    arc = {d: admitted_ddof(paper, "arc", "accuracy", 1165, d) for d in (0, 1)}
-    return (choices_frame().to_markdown(index=False) + "\n\nThe paper's ± on ARC-Challenge (1,165 questions, 3 seeds): "
-            + ", ".join(f"ddof {d}: {k} of {n} trained cells admit a seed triple" for d, (k, n) in arc.items()) + ".")
-
-
-def degrees_of_freedom_block(root: Path) -> str:
-    """The worked case of Welch-Satterthwaite degrees of freedom, its p-values computed (verdict.uncertainty):
-    two 2-seed cells of different runs, seed variances 8/2 and 2/2 (values 60, 64 and 50, 52), no test set."""
-    from softtokens.verdict.uncertainty import difference, survival
-
-    cell = {"model": "m", "train_dataset": "d", "variant": "", "benchmark": "b", "setting": "hard_sample",
-            "metric": "pass@4", "n": 2, "sampling_var": 0.0, "seeds": (0, 1), "questions": None}
-    est = difference({**cell, "train_mode": "soft", "mean": 62.0, "std": 8 ** 0.5, "values": (60.0, 64.0)},
-                     {**cell, "train_mode": "hard", "mean": 51.0, "std": 2 ** 0.5, "values": (50.0, 52.0)})
-    return (f"- **Degrees of freedom.** Welch–Satterthwaite: each run's seed part has n − 1, the test-set part is\n"
-            f"  taken as exact. A difference of two 2-seed cells with no test-set term, seed variances 4 and 1, has\n"
-            f"  25/17 = {est.df:.2f} df; its one-sided p-value at 3 standard errors is {survival(3.0, est.df):.3f} by "
-            f"Student's t and {survival(3.0, float('inf')):.4f} by the\n  normal. A contrast dominated by its test set "
-            f"is judged as by z.")
-
-
-def specifications_block(root: Path) -> str:
-    """How many specifications each source's verdicts are judged under (verdict.choices.alternatives)."""
-    from softtokens.verdict.choices import alternatives
-
-    return (f"- **What would flip it.** Every claim is judged again under each alternative of every choice below\n"
-            f"  (one at a time: {len(alternatives('paper'))} specifications on the paper's numbers, "
-            f"{len(alternatives('ours'))} on ours).")
 
 
 def mini_forecast_block(root: Path) -> str:
@@ -276,13 +225,13 @@ def datasets_block(root: Path) -> str:
 
 
 def claims_budget_block(root: Path) -> str:
-    """The worked example of `softtokens plan --claims` (verdict.claim_plan) on the shipped config."""
+    """The worked example of `softtokens plan --claims` (robustness.claim_plan) on the shipped config."""
     import yaml
 
     from softtokens.cells.paper import load_paper_results
     from softtokens.data.sources import loader_kind
     from softtokens.config.grids import check_config
-    from softtokens.verdict.claim_plan import plan_claims, plan_text
+    from softtokens.robustness.claim_plan import plan_claims, plan_text
 
     config = yaml.safe_load((root / "config.yaml").read_text())
     check_config(config, loader_kind)
@@ -294,6 +243,7 @@ def claims_budget_block(root: Path) -> str:
 
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "paper-claims": paper_claims_block,
+    "paper-findings": paper_findings_block,
     "judging-choices": judging_choices_block,
     "paper-plan": paper_plan_block,
     "paper-memory-plan": paper_memory_plan_block,
@@ -309,7 +259,8 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
 
 # which files hold which blocks (paths from the repository root)
 FILES: dict[str, tuple[str, ...]] = {
-    "docs/protocol.md": ("paper-claims", "judging-choices", "claims-budget", "degrees-of-freedom", "specifications"),
+    "docs/protocol.md": ("paper-claims", "paper-findings", "judging-choices", "claims-budget", "degrees-of-freedom",
+                         "specifications"),
     "docs/cluster.md": ("paper-plan", "mini-forecast"),
     "README.md": ("demo-time", "test-time", "demo-results"),
     "docs/memory-plan.md": ("paper-memory-plan",),

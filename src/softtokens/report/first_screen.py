@@ -15,6 +15,7 @@ import pandas as pd
 
 from softtokens.report.claim_rows import could_be_otherwise
 from softtokens.verdict import judging
+from softtokens.verdict.choices import PAPER_READING_NAME, PAPER_READING_WHY
 
 SATURATED = "no information"
 
@@ -39,15 +40,37 @@ def verdict_words(c) -> str:
         could = "these numbers could decide it" if could_be_otherwise(c) else "cannot be supported on these numbers"
         return f"undecided ({could})"
     held, tried = c.support()
-    robust = "robust: every specification agrees" if c.robust else f"{held} of {tried} specifications support it"
+    robust = (f"robust: all {tried:,} distinct specifications agree" if c.robust
+              else f"{held:,} of {tried:,} distinct specifications support it")
     return f"**{c.verdict}** ({robust})"
 
 
+def paper_reading_words(c) -> str:
+    """The paper's own reading (its ± over seeds alone, a normal reference: verdict.choices.PAPER_READING), said
+    beside ours where it differs."""
+    m = c.multiverse
+    if not m or m["paper_reading"] == c.verdict:
+        return ""
+    return f"; {PAPER_READING_NAME}: **{m['paper_reading']}**"
+
+
 def verdicts_frame(theirs: list, ours: list, metric: str | None) -> pd.DataFrame:
-    """One row per claim, in words: the paper's verdict on its own numbers and ours."""
+    """One row per claim, in words: the paper's verdict on its own numbers (and under its own reading, where that
+    differs) and ours."""
     column = "on this grid's numbers" + (f" (pass@k read at {metric})" if metric else "")
-    return pd.DataFrame([{"the paper's claim": p.statement, "on the paper's numbers": verdict_words(p),
+    return pd.DataFrame([{"the paper's claim": p.statement,
+                          "on the paper's numbers": verdict_words(p) + paper_reading_words(p),
                           column: verdict_words(o)} for p, o in zip(theirs, ours)])
+
+
+def reading_note(theirs: list) -> str | None:
+    """Why the paper's own reading and ours differ, where they do on any claim."""
+    differ = [c.key for c in theirs if c.multiverse and c.multiverse["paper_reading"] != c.verdict]
+    if not differ:
+        return None
+    return (f"*{PAPER_READING_NAME}* ({len(differ)} claim(s) differ: {', '.join(f'`{k}`' for k in differ)}) takes "
+            f"its ± over seeds alone with a normal reference; {PAPER_READING_WHY}. Every combination of these "
+            "choices is judged below (the specification curves).")
 
 
 SCOPES = {
@@ -156,7 +179,9 @@ def crate_link(out_dir: Path) -> str | None:
 
 def first_screen(data: dict, scope: str, metric: str | None, cost: list[str], provenance: list[str]) -> list[tuple]:
     """The blocks of the first screen (report.render draws them)."""
+    note = reading_note(data["claims_paper"])
     return [("p", scope),
             ("h2", "Did it reproduce?"),
             ("table", verdicts_frame(data["claims_paper"], data["claims_ours"], metric)),
+            *([("p", note)] if note else []),
             ("columns", [("What it cost", cost), ("Where the numbers came from", provenance)])]

@@ -29,6 +29,8 @@ from softtokens.report.claim_rows import (
     claims_frame,
     glance_frame,
     method,
+    multiverse_rows,
+    one_at_a_time_rows,
     readings_frame,
     robustness,
     words,
@@ -42,12 +44,14 @@ from softtokens.report.first_screen import (
     table_audits,
 )
 from softtokens.report.render import MISSING, to_html, to_markdown
+from softtokens.report.spec_curve import curve_blocks
 from softtokens.report.sweeps import sweep_blocks
 from softtokens.report.tables import main_settings, table_html
 from softtokens.store import paths
 from softtokens.store.files import read_json, write_text
 from softtokens.store.provenance import Provenance, config_hash, git_state, read_record
 from softtokens.verdict import claims, judging, reproduction
+from softtokens.robustness.multiverse import our_claims
 from softtokens.verdict.choices import MARGINS, Spec
 from softtokens.verdict.judging import passk_metric
 
@@ -127,7 +131,7 @@ def judging_spec(settings: dict) -> Spec:
 
 def build(eval_paths: list[Path], bench_dir: Path, settings: dict, judged_paper: dict | None = None) -> dict:
     """Everything the page shows, as frames and claims; ``judged_paper``: the paper's claims as the paper_claims job
-    judged them (verdict.paper_verdicts), judged here where not given."""
+    judged them (robustness.paper_verdicts), judged here where not given."""
     spec = judging_spec(settings)
     paper = load_paper_results(settings.get("paper_results") or PAPER_RESULTS)
     seeds = our_cells.seed_rows(eval_paths)
@@ -142,11 +146,11 @@ def build(eval_paths: list[Path], bench_dir: Path, settings: dict, judged_paper:
     if settings.get("config") and not jobs.empty and jobs.gpus.sum() > 0:
         predicted = forecast.forecast_jobs(settings["config"], settings["grid"])
         vs_forecast = forecast.vs_actual(predicted, jobs[jobs.gpus > 0])
-    from softtokens.verdict.paper_verdicts import claims_from, paper_verdicts
+    from softtokens.robustness.paper_verdicts import claims_from, paper_verdicts
 
     judged_paper = judged_paper or paper_verdicts(paper, spec)   # every specification, each verdict's odds
     return {"forecast": vs_forecast, "paper": paper, "seeds": seeds, "ours": ours, "comparison": comparison,
-            "claims_ours": claims.judge_claims(ours, judging.entropy_rows(eval_paths), spec=spec),
+            "claims_ours": our_claims(ours, judging.entropy_rows(eval_paths), spec),
             "claims_paper": claims_from(judged_paper), "spec": spec,
             "conflicts": reproduction.paper_conflicts(paper),
             "precedence_sensitivity": [tuple(t) for t in judged_paper["precedence_sensitivity"]],
@@ -220,13 +224,15 @@ def sections(data: dict, settings: dict) -> list[tuple[str, object]]:
                 f"verdict at the default specification: {c.summary()}"]
         if c.decide:
             rows.append(f"what would decide it: {c.decide}")
-        rows += [f"{s_['specification']}: {s_['verdict']}" for s_ in c.sensitivity[1:]]
+        rows += multiverse_rows(c) + one_at_a_time_rows(c)
         blocks.append(("details", (f"The paper's numbers: `{c.key}` — {c.verdict} ({robustness(c)})",
                                    rows + c.evidence)))
+        blocks += curve_blocks(c, "the paper's numbers")
     for c in data["claims_ours"]:
         rows = [f"rule: {c.rule}", f"verdict: {c.summary()}"] + ([f"what would decide it: {c.decide}"] if c.decide else [])
-        rows += [f"{s_['specification']}: {s_['verdict']}" for s_ in c.sensitivity[1:]]
+        rows += multiverse_rows(c) + one_at_a_time_rows(c)
         blocks.append(("details", (f"Ours: `{c.key}` — {c.verdict} ({robustness(c)})", rows + c.evidence)))
+        blocks += curve_blocks(c, "this grid's numbers")
     blocks.append(("h3", "Every choice a verdict depends on"))
     blocks.append(("table", choices_frame()))
     if data.get("reruns"):
@@ -342,7 +348,7 @@ def write_report(eval_paths: list[Path], bench_dir: Path, out_dir: Path, setting
     """reproduction.{md,html}, cells.csv and the ledger CSVs, each with a provenance sidecar; with ``sweeps``
     (report.sweeps' summary) the hyperparameter search's section shows its selections; with ``reruns`` (the log of
     `softtokens audit --rerun`, a leaf by its hash) what re-execution found; with ``paper_claims`` the paper's claims
-    as the paper_claims job judged them (verdict.paper_verdicts)."""
+    as the paper_claims job judged them (robustness.paper_verdicts)."""
     data = build(eval_paths, bench_dir, settings, read_json(paper_claims) if paper_claims is not None else None)
     data["sweeps"] = read_json(sweeps) if sweeps is not None else None
     data["reruns"] = rerun_text(reruns)

@@ -1,4 +1,4 @@
-"""The reproduction report's blocks ((kind, content): headings, paragraphs, lists, details, tables)
+"""The reproduction report's blocks ((kind, content): headings, paragraphs, lists, details, tables, figures)
 rendered as Markdown and as one HTML page, verdicts coloured.
 
 Why apart from the page: what the report says (report.page) and how it is drawn change for different
@@ -32,6 +32,8 @@ def to_markdown(blocks) -> str:
             out.append(content.to_markdown(index=False) if not content.empty else "(none)")
         elif kind == "columns":   # side by side in HTML; one after the other here
             out.append("\n\n".join(f"### {title}\n\n" + "\n".join(f"- {x}" for x in items) for title, items in content))
+        elif kind == "figure":    # PNG bytes: drawn in the HTML page, named here
+            out.append(f"*Figure: {content[1]} (drawn in reproduction.html; its numbers in claims.json)*")
     return "\n\n".join(out) + "\n"
 
 
@@ -91,6 +93,13 @@ def to_html(blocks, title: str) -> str:
                         + "".join(f"<li>{_inline(x)}</li>" for x in items) + "</ul></details>")
         elif kind == "table":
             body.append(_html_table(content))
+        elif kind == "figure":
+            import base64
+
+            png, caption = content
+            body.append(f"<figure><img alt='{html.escape(caption)}' style='max-width:100%' "
+                        f"src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+                        f"<figcaption>{_inline(caption)}</figcaption></figure>")
         elif kind == "columns":
             body.append("<div class='columns'>" + "".join(
                 f"<div><h3>{_inline(title)}</h3><ul>" + "".join(f"<li>{_inline(x)}</li>" for x in items) + "</ul></div>"

@@ -36,10 +36,11 @@ class Claim:
     parts: list[dict] = field(default_factory=list)
     evidence: list[str] = field(default_factory=list)
     comparisons: dict = field(default_factory=dict)   # {"paired": k, "unpaired": m}: how the test set entered
-    sensitivity: list[dict] = field(default_factory=list)   # [{"specification", "verdict"}], the default first
-    robust: bool | None = None      # every specification gives the default's verdict
+    sensitivity: list[dict] = field(default_factory=list)   # [{"specification", "verdict", "same_as"}], default first
+    robust: bool | None = None      # every combination of the choices gives the default's verdict (multiverse)
+    multiverse: dict | None = None  # every combination of the choices (robustness.multiverse.claim_multiverse)
     decide: str = ""                # an undecided claim: what would decide it
-    reproducibility: dict | None = None   # each verdict's probability in simulated reproductions (verdict.reproducibility)
+    reproducibility: dict | None = None   # each verdict's probability in simulated reproductions (robustness.reproducibility)
     source: str = "paper"
     failed_runs: list[str] = field(default_factory=list)   # runs the verdict rests on that failed to learn
     design: dict | None = None      # what this design could decide (verdict.design.design_record)
@@ -72,11 +73,19 @@ class Claim:
         return "; ".join(f"{p['name']}: {w}" for p, w in zip(self.parts, words))
 
     def support(self) -> tuple[int, int]:
-        """(specifications that support the claim, specifications tried)."""
-        return sum(s["verdict"] == SUPPORTED for s in self.sensitivity), len(self.sensitivity)
+        """(distinct specifications that support the claim, distinct specifications): the multiverse's where it was
+        judged, else the one-at-a-time list's, each computation counted once."""
+        if self.multiverse:
+            return self.multiverse["counts"].get(SUPPORTED, 0), self.multiverse["distinct"]
+        distinct = [s for s in self.sensitivity if not s.get("same_as")]
+        return sum(s["verdict"] == SUPPORTED for s in distinct), len(distinct)
 
     def flips(self) -> list[str]:
-        """The alternative specifications whose verdict differs from the default's, 'label: verdict'."""
+        """What flips the verdict: the smallest sets of choices taken together (the multiverse), else the one-at-a-time
+        alternatives whose verdict differs, 'label: verdict'."""
+        if self.multiverse:
+            m = self.multiverse
+            return [" + ".join(s) for s in m["smallest_flips"]] if not m["robust"] else []
         return [f"{s['specification']}: {s['verdict']}" for s in self.sensitivity[1:] if s["verdict"] != self.verdict]
 
     def summary(self) -> str:
@@ -89,8 +98,13 @@ class Claim:
     def record(self) -> dict:
         """Everything the report page shows of this claim (claims.json)."""
         held, tried = self.support()
+        one = [s for s in self.sensitivity if not s.get("same_as")]
         return {**self.__dict__, "summary": self.summary(), "held": self.held, "total": self.total,
-                "supported_by": {"specifications": held, "of": tried}, "flips": self.flips()}
+                "supported_by": {"specifications": held, "of": tried,
+                                 "kind": "distinct combinations" if self.multiverse else "distinct, one at a time"},
+                "one_at_a_time": {"listed": len(self.sensitivity), "distinct": len(one),
+                                  "supported": sum(s["verdict"] == SUPPORTED for s in one)},
+                "flips": self.flips()}
 
 
 def failed_text(runs: list[str]) -> str:

@@ -5,7 +5,7 @@ the claims, verdict.uncertainty the errors, verdict.choices every choice a verdi
 A claim is *planned* once on the cells (which comparisons, of which cells, under which rule) and
 *evaluated* under a specification (verdict.choices.Spec): the plan is the paper's sentence, the
 evaluation the statistics, so the same plan is judged under every alternative reading and, in
-verdict.reproducibility, on thousands of simulated reproductions at once.
+robustness.reproducibility, on thousands of simulated reproductions at once.
 
 Rules, each a one-sided test or two at level alpha:
 - SAME ("similar", "comparable", "matching", "preserve"): the difference's 1 - 2 alpha interval
@@ -14,6 +14,9 @@ Rules, each a one-sided test or two at level alpha:
   +-margin), both tails counted, so that a large error cannot double the rate (the smaller of two
   one-sided p-values would reach 2 alpha when the error dwarfs the margin).
 - NOT_WORSE ("best", "no benefit", "recover", "maintain"): above -margin; contradicted below it.
+- COMPETITIVE ("competitive with", "matching", "does not degrade"): words that are one-sided, read as
+  NOT_WORSE (a large gain does not count against them) or, under the two-sided reading a specification
+  may ask for (Spec.reading), as SAME: claim_parts resolves it before any test.
 - MORE / LESS ("outperform", "surpass", "degrade", "lower"): beyond 0 in the claimed direction;
   contradicted beyond 0 in the other. A claim of difference keeps its test: no margin.
 Verdicts: supported, contradicted, undecided (neither established). More noise widens every
@@ -27,7 +30,7 @@ held at alpha / parts (Bonferroni), so the claim's contradiction is held at alph
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -50,6 +53,7 @@ from softtokens.verdict import uncertainty
 from softtokens.verdict.choices import (
     DEFAULT,
     FAMILY_WISE,
+    TWO_SIDED,
     GENERALLY,
     MARGINS,
     MOST,
@@ -69,6 +73,7 @@ VERDICTS = (SUPPORTED, UNDECIDED, CONTRADICTED, NOT_MEASURED, NOT_JUDGED)
 CODES = {1: SUPPORTED, 0: UNDECIDED, -1: CONTRADICTED}
 
 SAME, NOT_WORSE, MORE, LESS, FIXED = "same", "not worse", "more", "less", "fixed"
+COMPETITIVE = "competitive"   # one-sided words: NOT_WORSE as worded, SAME read two-sided (resolved_plan)
 
 TEX = "soft-tokens-hard-truths.tex"
 SOURCES = ("paper", "ours")   # whose words a claim is: the paper's sentence (quoted), or a statement of ours
@@ -197,23 +202,89 @@ class Evaluated:
     chance: object = None
 
 
-def evaluate_comparison(c: Comparison, idx: dict, spec: Spec, margin: float) -> Evaluated:
+def resolved_plan(plan: list[PartPlan], spec: Spec) -> list[PartPlan]:
+    """The plan with every COMPETITIVE comparison read as the specification asks: NOT_WORSE (the words), or
+    SAME (two-sided)."""
+    rule = SAME if spec.reading == TWO_SIDED else NOT_WORSE
+    out = []
+    for part in plan:
+        if any(c.rule == COMPETITIVE for c in part.comparisons):
+            part = replace(part, comparisons=tuple(replace(c, rule=rule) if c.rule == COMPETITIVE else c
+                                                   for c in part.comparisons))
+        out.append(part)
+    return out
+
+
+def evaluate_comparison(c: Comparison, idx: dict, spec: Spec, margin: float, cache: dict | None = None) -> Evaluated:
+    """One comparison under ``spec``; ``cache`` (robustness.multiverse: one per set of cells) keeps each estimate
+    by the fields of ``spec`` it depends on, so many specifications share it."""
     if c.missing:      # counts as undecided: established neither way, and 0 expected to hold
         return Evaluated(c, None, 1.0, 1.0, 0.0)
     if c.rule == FIXED:
         p = 0.0 if c.holds else 1.0
         return Evaluated(c, None, p, 1.0 - p)
-    est = uncertainty.contrast([(idx[k], w) for k, w in c.terms], spec)
+    est = _estimate(c, idx, spec, cache)
     p_sup, p_con = test(est, c.rule, margin)
     return Evaluated(c, est, p_sup, p_con, chance(est, c.rule, margin, spec))
 
 
-def evaluate_part(part: PartPlan, idx: dict, spec: Spec, margin: float, con_alpha: float | None = None) -> dict:
+def _estimate(c: Comparison, idx: dict, spec: Spec, cache: dict | None):
+    """The comparison's contrast under ``spec``; with a ``cache`` (one per set of cells), kept by the fields it
+    depends on, a normal reference taken from the t one (only its degrees of freedom differ)."""
+    if cache is None:
+        return uncertainty.contrast([(idx[k], w) for k, w in c.terms], spec)
+    key = (c.terms, *(getattr(spec, f) for f in uncertainty.ESTIMATE_FIELDS))
+    est = cache.get(key)
+    if est is None:
+        if spec.dist == "t":
+            est = uncertainty.contrast([(idx[k], w) for k, w in c.terms], spec)
+        else:
+            est = replace(_estimate(c, idx, replace(spec, dist="t"), cache), df=math.inf)
+        cache[key] = est
+    return est
+
+
+def _scalar(x) -> bool:
+    return isinstance(x, (float, int))
+
+
+def evaluate_comparisons(comparisons: list[Comparison], idx: dict, spec: Spec, margin, cache: dict | None = None
+                         ) -> list[Evaluated]:
+    """evaluate_comparison of each, the tests of scalar estimates taken together per rule (one array call: the
+    multiverse evaluates thousands of specifications); the same numbers as one at a time."""
+    ests = [None if c.missing or c.rule == FIXED else _estimate(c, idx, spec, cache) for c in comparisons]
+    scalar = [i for i, e in enumerate(ests) if e is not None and _scalar(e.value) and _scalar(e.se) and _scalar(e.df)]
+    if not _scalar(margin) or len(scalar) < 2:
+        return [evaluate_comparison(c, idx, spec, margin, cache) for c in comparisons]
+    out: list[Evaluated | None] = [None] * len(comparisons)
+    by_rule: dict[str, list[int]] = {}
+    for i in scalar:
+        by_rule.setdefault(comparisons[i].rule, []).append(i)
+    for rule, rows in by_rule.items():
+        batch = uncertainty.stacked([ests[i] for i in rows])
+        p_sup, p_con = test(batch, rule, margin)
+        odds = chance(batch, rule, margin, spec)
+        p_sup, p_con, odds = (np.broadcast_to(np.asarray(x, dtype=float), (len(rows),)) for x in (p_sup, p_con, odds))
+        for j, i in enumerate(rows):
+            out[i] = Evaluated(comparisons[i], ests[i], float(p_sup[j]), float(p_con[j]), float(odds[j]))
+    return [e if e is not None else evaluate_comparison(c, idx, spec, margin, cache) for c, e in zip(comparisons, out)]
+
+
+def evaluate_part(part: PartPlan, idx: dict, spec: Spec, margin: float, con_alpha: float | None = None,
+                  cache: dict | None = None) -> dict:
     """A part's verdict code(s) under ``spec`` and what it rests on (scalars where the cells are). A part
     whose every comparison lacks a cell is not measured (the numbers do not have it at all); one that
     lacks some counts those as undecided, and names them (``missing``: reason -> count)."""
     informative = [c for c in part.comparisons if c.informative]
-    done = [evaluate_comparison(c, idx, spec, margin) for c in informative]
+    if cache is None:
+        done = evaluate_comparisons(informative, idx, spec, margin, cache)
+    else:   # specifications that differ only in how a part counts share its tests (the part kept: its id stays its)
+        key = ("part", id(part), *(getattr(spec, f) for f in uncertainty.ESTIMATE_FIELDS), spec.alpha,
+               margin if _scalar(margin) else tuple(np.ravel(margin)))
+        hit = cache.get(key)
+        if hit is None or hit[0] is not part:
+            hit = cache[key] = (part, evaluate_comparisons(informative, idx, spec, margin, cache))
+        done = hit[1]
     missing: dict[str, int] = {}
     for c in informative:
         if c.missing:
@@ -224,10 +295,13 @@ def evaluate_part(part: PartPlan, idx: dict, spec: Spec, margin: float, con_alph
     if not done or all(c.missing == NO_CELL for c in informative):
         out.update(code=None, k=0, m=0, unit_name=part.unit_name, missing={}, evaluated=[])
         return out
-    p_sup = np.stack([np.asarray(e.p_sup, dtype=float) for e in done])
-    p_con = np.stack([np.asarray(e.p_con, dtype=float) for e in done])
-    if p_sup.ndim > 1:   # draws: a comparison that cannot be made is undecided in every draw
-        width = max(np.asarray(e.p_sup).size for e in done)
+    # draws (or margins): a comparison that cannot be made, or a fixed check, is the same in every column
+    width = 1 if all(_scalar(e.p_sup) and _scalar(e.p_con) for e in done) else \
+        max(max(np.size(e.p_sup), np.size(e.p_con)) for e in done)
+    if width == 1:
+        p_sup = np.array([float(np.asarray(e.p_sup)) for e in done])
+        p_con = np.array([float(np.asarray(e.p_con)) for e in done])
+    else:
         p_sup = np.stack([np.broadcast_to(np.asarray(e.p_sup, dtype=float), (width,)) for e in done])
         p_con = np.stack([np.broadcast_to(np.asarray(e.p_con, dtype=float), (width,)) for e in done])
     units = [u for c, u in zip(part.comparisons, part.units or [None] * len(part.comparisons)) if c.informative]
@@ -247,13 +321,15 @@ def evaluate_part(part: PartPlan, idx: dict, spec: Spec, margin: float, con_alph
     return out
 
 
-def claim_parts(plan: list[PartPlan], idx: dict, spec: Spec, margin: float) -> list[dict]:
+def claim_parts(plan: list[PartPlan], idx: dict, spec: Spec, margin: float, cache: dict | None = None) -> list[dict]:
     """Every part of a claim evaluated, each part's contradiction at alpha over the parts that have
     comparisons (Bonferroni): a claim is contradicted when one part is, so k parts would otherwise
-    give it k chances. The one place a plan becomes verdict codes (judge, simulations, designs)."""
+    give it k chances. The one place a plan becomes verdict codes (judge, simulations, designs, the
+    multiverse: its ``cache`` of estimates, evaluate_comparison)."""
+    plan = resolved_plan(plan, spec)
     measured = sum(any(c.informative and c.missing != NO_CELL for c in p.comparisons) for p in plan)
     con_alpha = spec.alpha / max(1, measured)
-    return [evaluate_part(p, idx, spec, margin, con_alpha) for p in plan]
+    return [evaluate_part(p, idx, spec, margin, con_alpha, cache) for p in plan]
 
 
 def claim_code(parts: list[dict]):
@@ -263,6 +339,9 @@ def claim_code(parts: list[dict]):
     if not codes or all(c is None for c in codes):
         return None
     measured = [np.asarray(c) for c in codes if c is not None]
+    width = max(c.size for c in measured)
+    if width > 1:      # draws or margins: a part whose tests do not read them is the same in every column
+        measured = [np.broadcast_to(c, (width,)) for c in measured]
     contradicted = np.any(np.stack([c == -1 for c in measured]), axis=0)
     supported = np.all(np.stack([c == 1 for c in measured]), axis=0)
     code = np.where(contradicted, -1, np.where(supported, 1, 0))
@@ -278,15 +357,15 @@ def verdict_of(code) -> str:
     return NOT_MEASURED if c == 2 else CODES[c]
 
 
-def similar_to_hard(idx, groups_: list[tuple], metric: str) -> tuple[list[Comparison], list[str]]:
+def similar_to_hard(idx, groups_: list[tuple], metric: str, rule: str = SAME) -> tuple[list[Comparison], list[str]]:
     """Per (model, training set, benchmark): soft's and fuzzy's hard-greedy ``metric`` against hard
-    training's, read as sameness; and each comparison's (model, training set) unit."""
+    training's, read by ``rule`` (sameness, or COMPETITIVE); and each comparison's (model, training set) unit."""
     out, units = [], []
     for model, ds, bench in groups_:
         hard = cell(idx, model, ds, "hard", bench, "hard_greedy", metric)
         for mode in CONTINUOUS:
             r = cell(idx, model, ds, mode, bench, "hard_greedy", metric)
-            out.append(compare(f"{model} trained on {ds}, {bench}: {mode} {fmt(r)} vs hard {fmt(hard)}", r, hard, SAME))
+            out.append(compare(f"{model} trained on {ds}, {bench}: {mode} {fmt(r)} vs hard {fmt(hard)}", r, hard, rule))
             units.append(f"{model} on {ds}")
     return out, units
 

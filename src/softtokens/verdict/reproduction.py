@@ -32,10 +32,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from softtokens.cells.paper import CELL_KEYS, TABLES, paper_seeds, paper_test_size
+from softtokens.cells.paper import CELL_KEYS, TABLES, paper_seeds, paper_test_size, printed_bound
 from softtokens.cells.spread import cell_se, proportion_var
 from softtokens.verdict import uncertainty
-from softtokens.verdict.choices import DEFAULT, MARGINS, NLL, POINTS, Spec
+from softtokens.verdict.choices import DEFAULT, MARGINS, NLL, POINTS, ROUNDING_BOUND, Spec
 
 __all__ = ["paper_cells", "paper_conflicts", "compare", "with_spread", "AGREES", "DIFFERS", "UNDECIDED"]
 
@@ -96,6 +96,9 @@ def with_spread(paper: pd.DataFrame, spec: Spec = DEFAULT) -> pd.DataFrame:
     out = paper.copy()
     out["n"] = [paper_seeds(m, v) for m, v in zip(out.train_mode, out.variant)]
     out["shown_std"] = out["std"]
+    if spec.zero_std == ROUNDING_BOUND:   # a trained cell's printed ±0: the largest std it rounds from (choices)
+        zero = (out["std"] == 0) & (out["train_mode"] != "none")
+        out.loc[zero, "std"] = [printed_bound(t) for t in out.loc[zero, "table"]]
     out["std"] = sample_std(out["std"].to_numpy(dtype=float), out["n"].to_numpy(), spec.paper_ddof)
     out["sampling_var"] = [paper_sampling_var(b, m, x, spec.nll_row_cv)
                            for b, m, x in zip(out.benchmark, out.metric, out["mean"])]

@@ -9,7 +9,8 @@ differences: +-1/m each, a cell in several of them carrying the sum of its weigh
 - **seeds**, per training run (a run's seeds are scored on every benchmark and setting, so one run's
   cells are not independent; different runs are): ours measured, the per-seed values of the run's
   cells giving the per-seed contrast, its variance over seeds / n; the paper's modelled, from each
-  cell's std with correlation ``Spec.rho`` between two cells of one run. A base model is one
+  cell's std with correlation ``Spec.rho`` between two cells of one run (by default the bound, 0 or 1,
+  that widens the comparison's interval). A base model is one
   evaluation: no seed part.
 - **the test set**: paired (ours, Miller 2024, "Adding Error Bars to Evals"): per benchmark, the
   variance over its N questions of sum_k w_k q_k, / N, where q_k is cell k's per-question value
@@ -19,7 +20,7 @@ differences: +-1/m each, a cell in several of them carrying the sum of its weigh
 Degrees of freedom (Welch-Satterthwaite): each run's seed part has n - 1, the test-set part is
 taken as exact (hundreds of questions), so a contrast resting on three seeds is judged with
 Student's t at about 2 df and one dominated by the test set as with z. Every function here takes
-floats or numpy arrays of draws alike (verdict.reproducibility simulates thousands at once).
+floats or numpy arrays of draws alike (robustness.reproducibility simulates thousands at once).
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ import numpy as np
 import pandas as pd
 
 from softtokens.cells.paper import CELL_KEYS
-from softtokens.verdict.choices import DEFAULT, NO_TEST_SET, PAIRED, UNPAIRED, Spec
+from softtokens.verdict.choices import DEFAULT, NO_TEST_SET, PAIRED, UNPAIRED, WIDEN, Spec
 
 RUN_KEYS = ("model", "train_dataset", "train_mode", "variant")   # one training run's cells share these
+# the fields of a specification a contrast's estimate depends on (the others act on the cells or on the tests)
+ESTIMATE_FIELDS = ("rho", "test_set", "question_rho", "dist")
 
 
 def cell_key(cell: Mapping) -> tuple:
@@ -81,6 +84,15 @@ class Estimate:
                         sv, self.test_var, sdf, seeds)
 
 
+def stacked(estimates: list[Estimate]) -> Estimate:
+    """Scalar estimates as one Estimate of arrays (a batch of tests in one call; the kind of the first)."""
+    def col(name):
+        return np.array([float(getattr(e, name)) for e in estimates])
+
+    return Estimate(col("value"), col("se"), col("df"), estimates[0].kind, col("seeds_var"), col("test_var"),
+                    col("seed_df"), max(e.seeds for e in estimates))
+
+
 def satterthwaite(seeds_var, seed_df, test_var):
     """Welch-Satterthwaite df of seeds_var (seed_df df) + test_var (exact)."""
     total = seeds_var + test_var
@@ -89,7 +101,7 @@ def satterthwaite(seeds_var, seed_df, test_var):
     return float(df) if np.ndim(df) == 0 else df
 
 
-def _seed_parts(weighted: list[tuple[Mapping, float]], rho: float) -> list[tuple[object, int]]:
+def _seed_parts(weighted: list[tuple[Mapping, float]], rho) -> list[tuple[object, int]]:
     """(variance, seeds) of each training run's share of the contrast's seed variance."""
     runs: dict[tuple, list[tuple[Mapping, float]]] = {}
     for cell, w in weighted:
@@ -104,11 +116,14 @@ def _seed_parts(weighted: list[tuple[Mapping, float]], rho: float) -> list[tuple
         n = min(int(c["n"]) for c, _ in members)
         sds = [(c["std"], w, int(c["n"])) for c, w in members]
         var = sum(w * w * s * s / k for s, w, k in sds)
+        shared = 0.0     # the covariance terms at a correlation of 1 (the variance is linear in it)
         for i in range(len(sds)):
             for j in range(i + 1, len(sds)):
                 si, wi, ki = sds[i]
                 sj, wj, kj = sds[j]
-                var = var + 2 * rho * wi * wj * si * sj / math.sqrt(ki * kj)
+                shared = shared + 2 * wi * wj * si * sj / math.sqrt(ki * kj)
+        # WIDEN: whichever bound (0 or 1) gives the larger variance, per comparison (verdict.choices)
+        var = var + (np.maximum(shared, 0.0) if rho == WIDEN else rho * shared)
         parts.append((var, n))
     return parts
 

@@ -17,11 +17,12 @@ from softtokens.verdict.claims.judge import (
     judge_set,
     judging_spec,
     margin_problems,
+    our_index,
     paper_index,
     plans_for,
     precedence_sensitivity,
     registry,
 )
 
-__all__ = ["ClaimDef", "Context", "MarginError", "judging_spec", "margin_problems", "judge_claim", "judge_claims", "judge_paper_claims", "judge_set", "paper_index", "plans_for",
+__all__ = ["ClaimDef", "Context", "MarginError", "judging_spec", "margin_problems", "our_index", "judge_claim", "judge_claims", "judge_paper_claims", "judge_set", "paper_index", "plans_for",
            "precedence_sensitivity", "registry"]

@@ -4,7 +4,7 @@ undecided claim, what would decide it.
 
 Why plan once, evaluate many times: a claim's comparisons are the paper's sentence, fixed by the
 cells that exist; each specification (verdict.choices) only changes the statistics, so the plan is
-made once and evaluated under every specification (and, in verdict.reproducibility, on simulated
+made once and evaluated under every specification (and, in robustness.reproducibility, on simulated
 reproductions)."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from softtokens.cells.lookup import entropy_cells
+from softtokens.verdict import specs
 from softtokens.verdict.choices import DEFAULT, MARGINS, Spec, alternatives
 from softtokens.verdict.claims.define import ClaimDef, Context
 from softtokens.verdict.design import design_record
@@ -132,19 +133,36 @@ def judge_set(index_for: Callable[[Spec], dict], source: str, entropy: pd.DataFr
                 c.decide = what_decides(parts, margin, spec)
         claims.append(c)
         evaluated.append(parts)
-    if sensitivity:
-        for label, alt in alternatives(source, spec):
-            alt_idx = idx if alt == spec else index_for(alt)
-            for c, (d, plan) in zip(claims, plans):
-                if plan is None:
-                    continue
-                verdict = c.verdict if alt == spec else verdict_of(claim_code(
-                    claim_parts(plan, alt_idx, alt, alt.margin(d.key, d.margin))))
-                c.sensitivity.append({"specification": label, "verdict": verdict})
-        for c in claims:
-            if c.sensitivity:
-                c.robust = all(s["verdict"] == c.verdict for s in c.sensitivity)
+    if sensitivity:     # every combination of them: robustness.multiverse.attach
+        one_at_a_time(claims, plans, index_for, source, spec)
     return claims
+
+
+def one_at_a_time(claims: list[Claim], plans, index_for, source: str, spec: Spec) -> None:
+    """Each claim judged under each alternative specification, one choice changed at a time (``sensitivity``),
+    each entry marked with the first earlier one it computes the same as on these numbers (``same_as``:
+    verdict.specs.fingerprint), so that a count of specifications counts each computation once."""
+    caches: dict[int, dict] = {}
+    canon: dict = {}
+    seen: dict[str, dict] = {c.key: {} for c in claims}
+    for label, alt in alternatives(source, spec):
+        alt_idx = index_for(alt)
+        cache = caches.setdefault(id(alt_idx), {"canon": canon})
+        for c, (d, plan) in zip(claims, plans):
+            if plan is None:
+                continue
+            margin = alt.margin(d.key, d.margin)
+            verdict = c.verdict if alt == spec else verdict_of(claim_code(claim_parts(plan, alt_idx, alt, margin, cache)))
+            fields = {f.choice.field for f in specs.relevant_dimensions(specs.dimensions(source), plan, alt_idx,
+                                                                         d.margin)}
+            fields |= {"generally_strict"} if "generally" in fields else set()
+            fp = specs.fingerprint(plan, alt_idx, alt, margin, cache, fields)
+            first = seen[c.key].setdefault(fp, label)
+            c.sensitivity.append({"specification": label, "verdict": verdict,
+                                  "same_as": None if first == label else first})
+    for c in claims:
+        if c.sensitivity:
+            c.robust = all(s["verdict"] == c.verdict for s in c.sensitivity)
 
 
 def part_record(p: dict) -> dict:
@@ -206,11 +224,16 @@ def what_decides(parts: list[dict], margin: float, spec: Spec) -> str:
 
 
 # ---------------------------------------------------------------- the two sources
+def our_index(cells: pd.DataFrame | dict, entropy: pd.DataFrame | None = None) -> dict:
+    """Our cells as the claims read them; ``entropy`` (judging.entropy_rows) joins the entropy claim's cells
+    (cells.lookup.entropy_cells)."""
+    return {**index_cells(cells), **entropy_cells(entropy)}
+
+
 def judge_claims(cells: pd.DataFrame | dict, entropy: pd.DataFrame | None = None, spec: Spec = DEFAULT,
                  sensitivity: bool = True, keys: tuple[str, ...] | None = None) -> list[Claim]:
-    """Every claim (or those of ``keys``) on our cells; ``entropy`` (judging.entropy_rows) for the entropy claim
-    (its cells join ours: cells.lookup.entropy_cells)."""
-    idx = {**index_cells(cells), **entropy_cells(entropy)}
+    """Every claim (or those of ``keys``) on our cells (our_index)."""
+    idx = our_index(cells, entropy)
     return judge_set(lambda _: idx, "ours", entropy, spec, sensitivity, keys)
 
 
@@ -225,7 +248,7 @@ def paper_index(paper: pd.DataFrame, precedence: tuple[str, ...] = TABLE_PRECEDE
     cache: dict[tuple, dict] = {}
 
     def index_for(spec: Spec) -> dict:
-        key = (spec.paper_ddof, spec.nll_row_cv)
+        key = (spec.paper_ddof, spec.nll_row_cv, spec.zero_std)
         if key not in cache:
             cache[key] = index_cells(paper_cells(paper, spec, precedence=precedence))
         return cache[key]
@@ -234,10 +257,10 @@ def paper_index(paper: pd.DataFrame, precedence: tuple[str, ...] = TABLE_PRECEDE
 
 
 def judge_paper_claims(paper: pd.DataFrame, precedence: tuple[str, ...] = TABLE_PRECEDENCE, spec: Spec = DEFAULT,
-                       sensitivity: bool = True) -> list[Claim]:
-    """Every claim on the paper's own numbers; ``precedence``: which table's number a cell two tables
-    print differently takes (reproduction.paper_conflicts)."""
-    return judge_set(paper_index(paper, precedence), "paper", None, spec, sensitivity)
+                       sensitivity: bool = True, keys: tuple[str, ...] | None = None) -> list[Claim]:
+    """Every claim (or those of ``keys``) on the paper's own numbers; ``precedence``: which table's number a cell
+    two tables print differently takes (reproduction.paper_conflicts)."""
+    return judge_set(paper_index(paper, precedence), "paper", None, spec, sensitivity, keys)
 
 
 def precedence_sensitivity(paper: pd.DataFrame, first: list[Claim] | None = None,

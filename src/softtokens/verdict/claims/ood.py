@@ -4,10 +4,10 @@ correct answer than hard training, and the base model's NLL preserved."""
 from softtokens.verdict.choices import AVERAGE, EVERY, NLL, POINTS
 from softtokens.verdict.claims.define import ClaimDef
 from softtokens.verdict.judging import (
+    COMPETITIVE,
     CONTINUOUS,
     LESS,
     MORE,
-    SAME,
     TRAINED,
     PartPlan,
     average,
@@ -37,10 +37,16 @@ def plan_preserved(idx, ctx):
     parts = []
     for mode in TRAINED:
         pairs = nll_pairs(idx, mode, "base")
-        word = "degrades" if mode == "hard" else "preserves"
-        rule = MORE if mode == "hard" else SAME
-        parts.append(PartPlan(f"{mode} {word}", AVERAGE,
-                              _average(f"{mode} {word}: mean NLL change from the base", pairs, rule) if pairs else ()))
+        if mode == "hard":
+            comparisons = _average("hard degrades: mean NLL change from the base", pairs, MORE) if pairs else ()
+            parts.append(PartPlan("hard degrades", AVERAGE, comparisons))
+            continue
+        # 'does not degrade' (line 182) is one-sided: the base's NLL minus the training's not below -margin (a lower
+        # NLL than the base's does not count against it); read two-sided in the multiverse (judging.COMPETITIVE)
+        flipped = [(ref, r, line) for r, ref, line in pairs]
+        comparisons = (_average(f"{mode} preserves: mean NLL of the base minus {mode}'s", flipped, COMPETITIVE)
+                       if pairs else ())
+        parts.append(PartPlan(f"{mode} preserves", AVERAGE, comparisons))
     return parts
 
 
@@ -67,9 +73,10 @@ NLL_PRESERVED = ClaimDef(
      quote("hard training degrades the base model NLL on out-of-domain datasets, while fuzzy and soft training "
            "preserve it", "Section 4, Out-of-domain robustness", 674)),
     "'On average', over every model, training set and out-of-domain benchmark: the mean of (hard - base) NLL of the "
-    "correct answer is above 0 (degrades: one-sided test); the mean of (soft - base), and of (fuzzy - base), lies "
-    "within ±{margin} {unit} (preserves: two one-sided tests). All three. A base model enters one comparison per "
-    "training set: its variance is counted once, with its summed weight.",
+    "correct answer is above 0 (degrades: one-sided test); the mean of (base - soft), and of (base - fuzzy), is not "
+    "below -{margin} {unit} ('does not degrade', 'preserve': soft's NLL not above the base's by more than the margin, "
+    "one-sided; read two-sided, within ±{margin}, in the multiverse). All three. A base model enters one comparison "
+    "per training set: its variance is counted once, with its summed weight.",
     plan_preserved, margin=NLL)
 
 CLAIMS = (ACCURACY, NLL_LOWER, NLL_PRESERVED)

@@ -74,7 +74,7 @@ def draw_cells(truth: dict, keys: set[tuple], seeds: int, draws: int, rng: np.ra
     for key in sorted(keys):
         runs.setdefault(key[:4], []).append(key)
     drawn = {}
-    rho = min(max(spec.rho, 0.0), 1.0)
+    rho = spec.simulated_rho
     q_rho = min(max(spec.question_rho, 0.0), 1.0)
     questions = {bench: rng.standard_normal(draws) for bench in sorted({(k[4], k[6]) for k in keys})}
     for run, members in runs.items():

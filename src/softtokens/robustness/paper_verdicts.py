@@ -1,5 +1,5 @@
-"""The paper's claims judged on the paper's own numbers, as a result of its own: every specification, each verdict's
-odds in simulated reproductions, and which verdicts turn on the table a disagreeing cell is read from.
+"""The paper's claims judged on the paper's own numbers, as a result of its own: every specification (one at a time and
+every combination: robustness.multiverse), each verdict's odds in simulated reproductions, and which verdicts turn on the table a disagreeing cell is read from.
 
 Why a job apart from the reproduction report: none of it rests on a grid's results (the published numbers and the
 config's judging block are its only inputs), so the workflow makes it beside a grid's first jobs (on a laptop, while
@@ -11,10 +11,11 @@ import dataclasses
 
 import pandas as pd
 
-from softtokens.verdict.claims import judge_paper_claims, precedence_sensitivity
+from softtokens.robustness.multiverse import paper_claims
+from softtokens.verdict.claims import precedence_sensitivity
 from softtokens.verdict.choices import Spec
 from softtokens.verdict.judged import Claim
-from softtokens.verdict.reproducibility import paper_reproducibility
+from softtokens.robustness.reproducibility import paper_reproducibility
 
 FIELDS = tuple(f.name for f in dataclasses.fields(Claim))
 
@@ -22,7 +23,7 @@ FIELDS = tuple(f.name for f in dataclasses.fields(Claim))
 def paper_verdicts(paper: pd.DataFrame, spec: Spec) -> dict:
     """The paper's claims (records, verdict.judged.Claim.record) at ``spec`` and under every alternative, with their
     odds in reproductions and the precedence sensitivity (reproduction.paper_conflicts' readings)."""
-    claims = judge_paper_claims(paper, spec=spec)
+    claims = paper_claims(paper, spec)
     odds = paper_reproducibility(paper, spec=spec)
     for c in claims:
         c.reproducibility = odds[c.key].record() if c.key in odds else None

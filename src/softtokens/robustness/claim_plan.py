@@ -4,7 +4,7 @@ asked-for probability, the cells it reads; then one grid for them all (each trai
 every claim that reads it), its forecast cost, and, under a budget, the claims that fit, best first.
 
 Why: a researcher with an allocation does not rerun 45 trainings to check one sentence. The two
-halves already exist: the judge (verdict.claims, verdict.reproducibility) and the forecast
+halves already exist: the judge (verdict.claims, robustness.reproducibility) and the forecast
 (cost.forecast); this joins them. The grid is written as a YAML file of its own (``grids/NAME.yaml``,
 which the Snakefile reads beside config.yaml), reusing the paper grid's results directory, so a run
 the paper grid made already (seeds 0-2) is not trained again.
@@ -28,7 +28,7 @@ import yaml
 
 from softtokens.cells.paper import PAPER_SEEDS as PAPER_SEEDS_OF
 from softtokens.config.names import MODES
-from softtokens.verdict import reproducibility as repro
+from softtokens.robustness import reproducibility as repro
 from softtokens.verdict.choices import DEFAULT, Spec
 
 PAPER_GRID = "paper"
@@ -68,7 +68,7 @@ def _r(x):
 
 def reproduction_spec(spec: Spec = DEFAULT) -> Spec:
     """How a reproduction made here is drawn and judged: its two cells of one benchmark correlated by
-    the named choice ``reproduction_question_rho`` (draws and judge alike: verdict.reproducibility)."""
+    the named choice ``reproduction_question_rho`` (draws and judge alike: robustness.reproducibility)."""
     return replace(spec, question_rho=spec.reproduction_question_rho)
 
 
