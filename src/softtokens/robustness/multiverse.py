@@ -127,6 +127,7 @@ def claim_multiverse(defn, plan, index_for, source: str, base: Spec) -> dict | N
     return {
         "specifications": size(source), "enumerated": math.prod(len(d.values) for d in used),
         "distinct": len(rows), "choices": [d.name for d in used],
+        "dimensions": [{"choice": d.name, "values": [label for label, _ in d.values]} for d in used],
         "not_acting": [d.name for d in dims if d not in used],
         "counts": {k: v for k, v in counts.items() if v}, "default": CODE_NAMES[default_code],
         "robust": all(r["code"] == default_code for r in rows),
