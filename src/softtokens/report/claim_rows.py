@@ -44,10 +44,12 @@ def robustness(c) -> str:
         return "—"
     if not could_be_otherwise(c):
         return BY_DESIGN
-    held, tried = c.support()
-    text = f"{held} of {tried:,} distinct support"
+    held, tried = c.support_one_at_a_time()
+    text = f"{held:,} of {tried:,} distinct support one choice at a time ({len(c.sensitivity)} listed)"
     if c.multiverse:
-        text += f" ({c.multiverse['specifications']:,} combinations)"
+        m = c.multiverse
+        text += (f"; every combination: {m['counts'].get(judging.SUPPORTED, 0):,} of {m['distinct']:,} distinct "
+                 f"({m['specifications']:,} combinations)")
     if c.verdict not in (judging.SUPPORTED, judging.CONTRADICTED):   # "robust" says a decision holds: none here
         return text
     return f"{text}; " + ("robust" if c.robust else "not robust")

@@ -77,6 +77,11 @@ class Claim:
         judged, else the one-at-a-time list's, each computation counted once."""
         if self.multiverse:
             return self.multiverse["counts"].get(SUPPORTED, 0), self.multiverse["distinct"]
+        return self.support_one_at_a_time()
+
+    def support_one_at_a_time(self) -> tuple[int, int]:
+        """(distinct specifications that support the claim, distinct specifications), one choice changed at a time:
+        each computation counted once (``same_as``)."""
         distinct = [s for s in self.sensitivity if not s.get("same_as")]
         return sum(s["verdict"] == SUPPORTED for s in distinct), len(distinct)
 
@@ -96,14 +101,12 @@ class Claim:
         return text + (f"; {failed_text(self.failed_runs)}" if self.failed_runs else "")
 
     def record(self) -> dict:
-        """Everything the report page shows of this claim (claims.json)."""
-        held, tried = self.support()
-        one = [s for s in self.sensitivity if not s.get("same_as")]
+        """Everything the report page shows of this claim (claims.json): ``supported_by`` one choice at a time,
+        ``multiverse`` every combination."""
+        held, tried = self.support_one_at_a_time()
         return {**self.__dict__, "summary": self.summary(), "held": self.held, "total": self.total,
-                "supported_by": {"specifications": held, "of": tried,
-                                 "kind": "distinct combinations" if self.multiverse else "distinct, one at a time"},
-                "one_at_a_time": {"listed": len(self.sensitivity), "distinct": len(one),
-                                  "supported": sum(s["verdict"] == SUPPORTED for s in one)},
+                "supported_by": {"specifications": held, "of": tried, "listed": len(self.sensitivity),
+                                 "kind": "distinct, one choice at a time"},
                 "flips": self.flips()}
 
 
