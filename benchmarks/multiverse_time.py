@@ -17,7 +17,7 @@ from pathlib import Path
 
 from softtokens.cells.paper import load_paper_results
 from softtokens.store.provenance import device
-from softtokens.verdict import multiverse
+from softtokens.robustness import multiverse
 from softtokens.verdict.choices import DEFAULT
 from softtokens.verdict.claims import judge_paper_claims, paper_index, plans_for
 

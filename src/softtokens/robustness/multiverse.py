@@ -37,9 +37,9 @@ from dataclasses import replace
 import numpy as np
 
 from softtokens.verdict import uncertainty
-from softtokens.verdict.choices import MARGIN_RANGES, MARGINS, PAPER_READING, SENTENCE_UNIT, Spec
+from softtokens.verdict.choices import MARGIN_RANGES, MARGINS, PAPER_READING, Spec
 from softtokens.verdict.claims import paper_index, plans_for
-from softtokens.verdict.judging import claim_code, claim_parts, resolved_plan, verdict_of
+from softtokens.verdict.judging import claim_code, claim_parts, grouped, resolved_plan, verdict_of
 from softtokens.verdict.specs import dimensions, fingerprint, relevant_dimensions, size
 
 CODE_NAMES = {1: "supported", 0: "undecided", -1: "contradicted", 2: "not yet measured"}
@@ -59,7 +59,7 @@ def decisive(plan, parts: list[dict], spec: Spec) -> dict | None:
         if not made or len(p["evaluated"]) != len(informative):
             continue
         ps = [float(np.asarray(e.p_sup)) for _, e in made]
-        if part.units is not None and spec.unit == SENTENCE_UNIT:   # a unit's p is its weakest comparison's
+        if grouped(part, spec):   # a unit's p is its weakest comparison's
             groups: dict[str, list[int]] = {}
             for i, (u, _) in enumerate(made):
                 groups.setdefault(u, []).append(i)
@@ -87,7 +87,6 @@ def claim_multiverse(defn, plan, index_for, source: str, base: Spec) -> dict | N
     dims = dimensions(source)
     idx0 = index_for(base)
     used = relevant_dimensions(dims, plan, idx0, defn.margin)
-    fields = {f for d in used for _, ch in d.values for f in (ch or {d.choice.field: None})}
     caches: dict[int, dict] = {}         # per set of cells: its estimates (judging's cache) and their ids
     canon: dict[tuple, int] = {}         # (estimate, se, df) -> id, across every set of cells
     seen: dict[tuple, int] = {}          # fingerprint -> row of ``rows``
@@ -102,7 +101,7 @@ def claim_multiverse(defn, plan, index_for, source: str, base: Spec) -> dict | N
         idx = index_for(spec)
         cache = caches.setdefault(id(idx), {"canon": canon})
         margin = spec.margin(defn.key, defn.margin)
-        fp = fingerprint(plan, idx, spec, margin, cache, fields)
+        fp = fingerprint(plan, idx, spec, margin, cache)
         if fp in seen:
             row = rows[seen[fp]]
             row["combinations"] += 1

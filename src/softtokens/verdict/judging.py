@@ -223,12 +223,15 @@ def evaluate_comparison(c: Comparison, idx: dict, spec: Spec, margin: float, cac
     if c.rule == FIXED:
         p = 0.0 if c.holds else 1.0
         return Evaluated(c, None, p, 1.0 - p)
-    est = _estimate(c, idx, spec, cache)
+    return _evaluated(c, cached_estimate(c, idx, spec, cache), spec, margin)
+
+
+def _evaluated(c: Comparison, est: uncertainty.Estimate, spec: Spec, margin) -> Evaluated:
     p_sup, p_con = test(est, c.rule, margin)
     return Evaluated(c, est, p_sup, p_con, chance(est, c.rule, margin, spec))
 
 
-def _estimate(c: Comparison, idx: dict, spec: Spec, cache: dict | None):
+def cached_estimate(c: Comparison, idx: dict, spec: Spec, cache: dict | None):
     """The comparison's contrast under ``spec``; with a ``cache`` (one per set of cells), kept by the fields it
     depends on, a normal reference taken from the t one (only its degrees of freedom differ)."""
     if cache is None:
@@ -239,9 +242,15 @@ def _estimate(c: Comparison, idx: dict, spec: Spec, cache: dict | None):
         if spec.dist == "t":
             est = uncertainty.contrast([(idx[k], w) for k, w in c.terms], spec)
         else:
-            est = replace(_estimate(c, idx, replace(spec, dist="t"), cache), df=math.inf)
+            est = replace(cached_estimate(c, idx, replace(spec, dist="t"), cache), df=math.inf)
         cache[key] = est
     return est
+
+
+def grouped(part: PartPlan, spec: Spec) -> bool:
+    """Whether the part counts the units its sentence names (a unit holds when all its comparisons do), or each
+    comparison (Spec.unit)."""
+    return part.units is not None and spec.unit == SENTENCE_UNIT
 
 
 def _scalar(x) -> bool:
@@ -252,22 +261,24 @@ def evaluate_comparisons(comparisons: list[Comparison], idx: dict, spec: Spec, m
                          ) -> list[Evaluated]:
     """evaluate_comparison of each, the tests of scalar estimates taken together per rule (one array call: the
     multiverse evaluates thousands of specifications); the same numbers as one at a time."""
-    ests = [None if c.missing or c.rule == FIXED else _estimate(c, idx, spec, cache) for c in comparisons]
-    scalar = [i for i, e in enumerate(ests) if e is not None and _scalar(e.value) and _scalar(e.se) and _scalar(e.df)]
-    if not _scalar(margin) or len(scalar) < 2:
-        return [evaluate_comparison(c, idx, spec, margin, cache) for c in comparisons]
+    ests = [None if c.missing or c.rule == FIXED else cached_estimate(c, idx, spec, cache) for c in comparisons]
     out: list[Evaluated | None] = [None] * len(comparisons)
-    by_rule: dict[str, list[int]] = {}
-    for i in scalar:
-        by_rule.setdefault(comparisons[i].rule, []).append(i)
-    for rule, rows in by_rule.items():
-        batch = uncertainty.stacked([ests[i] for i in rows])
-        p_sup, p_con = test(batch, rule, margin)
-        odds = chance(batch, rule, margin, spec)
-        p_sup, p_con, odds = (np.broadcast_to(np.asarray(x, dtype=float), (len(rows),)) for x in (p_sup, p_con, odds))
-        for j, i in enumerate(rows):
-            out[i] = Evaluated(comparisons[i], ests[i], float(p_sup[j]), float(p_con[j]), float(odds[j]))
-    return [e if e is not None else evaluate_comparison(c, idx, spec, margin, cache) for c, e in zip(comparisons, out)]
+    scalar = [i for i, e in enumerate(ests) if e is not None and _scalar(e.value) and _scalar(e.se) and _scalar(e.df)]
+    if _scalar(margin) and len(scalar) > 1:
+        by_rule: dict[str, list[int]] = {}
+        for i in scalar:
+            by_rule.setdefault(comparisons[i].rule, []).append(i)
+        for rule, rows in by_rule.items():
+            batch = uncertainty.stacked([ests[i] for i in rows])
+            p_sup, p_con = test(batch, rule, margin)
+            odds = chance(batch, rule, margin, spec)
+            p_sup, p_con, odds = (np.broadcast_to(np.asarray(x, dtype=float), (len(rows),))
+                                  for x in (p_sup, p_con, odds))
+            for j, i in enumerate(rows):
+                out[i] = Evaluated(comparisons[i], ests[i], float(p_sup[j]), float(p_con[j]), float(odds[j]))
+    # the rest one at a time, from the estimates already made (a missing comparison or a fixed check has none)
+    return [e if e is not None else _evaluated(c, est, spec, margin) if est is not None
+            else evaluate_comparison(c, idx, spec, margin, cache) for c, e, est in zip(comparisons, out, ests)]
 
 
 def evaluate_part(part: PartPlan, idx: dict, spec: Spec, margin: float, con_alpha: float | None = None,
@@ -306,7 +317,7 @@ def evaluate_part(part: PartPlan, idx: dict, spec: Spec, margin: float, con_alph
         p_con = np.stack([np.broadcast_to(np.asarray(e.p_con, dtype=float), (width,)) for e in done])
     units = [u for c, u in zip(part.comparisons, part.units or [None] * len(part.comparisons)) if c.informative]
     unit_name = "comparison"
-    if part.units is not None and spec.unit == SENTENCE_UNIT:
+    if grouped(part, spec):
         _, p_sup, p_con = by_unit(p_sup, p_con, units)
         unit_name = part.unit_name
     k = p_sup.shape[0]

@@ -13,8 +13,9 @@ import math
 from dataclasses import dataclass
 
 from softtokens.verdict import uncertainty
-from softtokens.verdict.choices import CHOICES, GENERALLY, SENTENCE_UNIT, Choice, Spec
-from softtokens.verdict.judging import COMPETITIVE, FIXED, NO_CELL, NOT_WORSE, SAME, needed
+from softtokens.verdict.choices import CHOICES, GENERALLY, Choice, Spec
+from softtokens.verdict.judging import COMPETITIVE, FIXED, NO_CELL, NOT_WORSE, SAME, cached_estimate, grouped, needed
+
 
 @dataclass(frozen=True)
 class Dimension:
@@ -106,33 +107,30 @@ def _estimates_id(plan, idx: dict, spec: Spec, cache: dict) -> tuple:
                 if not c.informative or c.missing or c.rule == FIXED:
                     ids.append(-1)
                     continue
-                key = (c.terms, *fields)
-                est = cache.get(key)
-                if est is None:
-                    est = cache[key] = uncertainty.contrast([(idx[k], w) for k, w in c.terms], spec)
+                est = cached_estimate(c, idx, spec, cache)   # the judge's own, from the same cache
                 triple = (_digits(est.value), _digits(est.se), _digits(est.df))
                 ids.append(canon.setdefault(triple, len(canon)))
         memo[fields] = tuple(ids)
     return memo[fields]
 
 
-def fingerprint(plan, idx: dict, spec: Spec, margin: float, cache: dict, dims_fields: set[str]) -> tuple:
+def fingerprint(plan, idx: dict, spec: Spec, margin: float, cache: dict) -> tuple:
     """What a specification computes on this plan: each comparison's (estimate, se, df) to 10 significant digits,
-    the margin where a rule reads it, and the fields that act on the rules and the counts (``dims_fields``)."""
+    the margin where a rule reads it, the reading of one-sided words where the plan has them, and each part's
+    count."""
     rules = {c.rule for p in plan for c in p.comparisons}
     uses_margin = bool(rules & {SAME, NOT_WORSE, COMPETITIVE})
     return (_estimates_id(plan, idx, spec, cache), (round(margin, 12) if uses_margin else None),
-            spec.alpha, spec.reading if "reading" in dims_fields else None, tuple(_counting(p, spec) for p in plan))
+            spec.alpha, spec.reading if COMPETITIVE in rules else None, tuple(_counting(p, spec) for p in plan))
 
 
 def _counting(part, spec: Spec) -> tuple:
     """How a part counts under ``spec``: its units k (grouped or not), the m it asks for, and the multiplicity
     rule where it has more than one unit (two specifications asking for the same m of the same k count alike)."""
-    informative = [c for c in part.comparisons if c.informative]
-    grouped = part.units is not None and spec.unit == SENTENCE_UNIT
-    if grouped:
+    by_unit = grouped(part, spec)
+    if by_unit:
         k = len({u for c, u in zip(part.comparisons, part.units) if c.informative})
     else:
-        k = len(informative)
+        k = sum(c.informative for c in part.comparisons)
     m = needed(k, part.quantifier, spec) if k else 0
-    return k, m, grouped, spec.multiplicity if k > 1 else None
+    return k, m, by_unit, spec.multiplicity if k > 1 else None

@@ -153,10 +153,7 @@ def one_at_a_time(claims: list[Claim], plans, index_for, source: str, spec: Spec
                 continue
             margin = alt.margin(d.key, d.margin)
             verdict = c.verdict if alt == spec else verdict_of(claim_code(claim_parts(plan, alt_idx, alt, margin, cache)))
-            fields = {f.choice.field for f in specs.relevant_dimensions(specs.dimensions(source), plan, alt_idx,
-                                                                         d.margin)}
-            fields |= {"generally_strict"} if "generally" in fields else set()
-            fp = specs.fingerprint(plan, alt_idx, alt, margin, cache, fields)
+            fp = specs.fingerprint(plan, alt_idx, alt, margin, cache)
             first = seen[c.key].setdefault(fp, label)
             c.sensitivity.append({"specification": label, "verdict": verdict,
                                   "same_as": None if first == label else first})
