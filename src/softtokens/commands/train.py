@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from pathlib import Path
 
 from softtokens.commands.common import (
@@ -180,9 +181,38 @@ def cmd_plan_claims(a) -> None:
         print(f"\nwrote {out}: snakemake --profile slurm --config grid={result['name']}  (-n first: the plan)")
 
 
+def cmd_plan_trace(a) -> None:
+    """The grid's plan held to its trace, phase by phase (gpucheck.trace_plan)."""
+    import json
+    import time
+
+    from softtokens.gpucheck.trace_plan import DEPTHS, traced_plan
+    from softtokens.sizing.trace_table import BAND, outside_band, trace_table
+    from softtokens.store.files import write_text
+    from softtokens.store.provenance import device
+
+    config, grid = grid_config(a)
+    jobs = [j.strip() for j in a.trace_jobs.split(",")] if a.trace_jobs else None
+    start = time.perf_counter()
+    records = traced_plan(config, grid, jobs=jobs, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    seconds = time.perf_counter() - start
+    print(trace_table(records))
+    out = Path(a.trace_out or f"benchmarks/results/memory_trace_{grid}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text(out, json.dumps({"grid": grid, "depths": list(DEPTHS), "band": list(BAND), "device": device(),
+                                       "seconds": round(seconds, 1), "phases": records}, indent=1) + "\n")
+    bad = outside_band(records)
+    print(f"\n{len(records) - len(bad)} of {len(records)} phases within {BAND[0]}-{BAND[1]} of the plan; "
+          f"traced in {seconds:.0f} s; {out}")
+    if bad:
+        raise SystemExit(1)
+
+
 def cmd_plan(a) -> None:
     if getattr(a, "claims", None):
         return cmd_plan_claims(a)
+    if getattr(a, "trace", False):
+        return cmd_plan_trace(a)
     from softtokens.cost.forecast import forecast_text, load_throughput
     from softtokens.data.sources import loader_kind
     from softtokens.report.page import our_tables
@@ -312,6 +342,15 @@ def register(sub) -> None:
                                 "that move it); with --claims the claims' plan (the correlation, margins and draws "
                                 "used, each claim's odds and cells, the grid and its forecast), writing no grid "
                                 "unless --write")
+            c.add_argument("--trace", action="store_true",
+                           help="every phase of every training and evaluation job run through the project's own code "
+                                "under PyTorch's fake tensors with torch's memory tracker (gpucheck.trace), beside the "
+                                "plan: a table | job | phase | planned GB | traced GB | traced / planned |, written as "
+                                "JSON (--trace-out); exits 1 if a ratio is outside 0.95-1.05")
+            c.add_argument("--trace-out", default=None, metavar="PATH",
+                           help="with --trace: the JSON record (default: benchmarks/results/memory_trace_GRID.json)")
+            c.add_argument("--trace-jobs", default=None, metavar="JOB[,JOB...]",
+                           help="with --trace: only these jobs (as the table names them, e.g. 'train llama-3b/math')")
             c.add_argument("--name", default=None, help="with --claims: the grid's name (default: from the claims)")
             c.add_argument("--write", default=None, metavar="PATH",
                            help="with --claims: write the grid to PATH (without --json it is written to "

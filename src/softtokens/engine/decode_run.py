@@ -111,7 +111,10 @@ class DecodeRun:
         real = prompt_mask.sum(1)
         # a prompt repeated in the batch (G samples of a prompt in training, n samples of a problem
         # in evaluation) is run once: its first slot is prefilled, the others copy its cache columns
+        # the host's one look at the batch (ids and lengths together; a traced run, sizing.trace, passes host
+        # tensors, whose values its fake device tensors do not hold)
         first, inverse = first_occurrences(prompt_ids.tolist())
+        lengths = [int(sum(m)) for m in prompt_mask.tolist()]
         src = torch.tensor(first, dtype=torch.long, device=dev)
         u_ids, u_mask = prompt_ids[src], prompt_mask[src]
         P = self.cache.shared
@@ -141,7 +144,7 @@ class DecodeRun:
         self.row_keys[idx] = torch.tensor([int(s) for s in seeds], dtype=torch.long, device=dev)
         self.state.start(idx)
         self.record.clear(idx)
-        for s, r in zip(slots, real.tolist()):
+        for s, r in zip(slots, lengths):
             self._length_bound[s] = r
         self._live_host[slots] = True
 

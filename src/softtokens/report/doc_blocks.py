@@ -13,6 +13,7 @@ in a file of the repository; its text is BLOCKS[NAME]() and nothing else.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -105,6 +106,17 @@ def paper_memory_plan_block(root: Path) -> str:
     check_config(config, loader_kind)
     resolve_gpus(config, "paper")   # the GPUs `gpus_per_run: auto` gives each model, as the workflow does
     return plan_table(grid_plan(config, "paper"), plan_budget(config["grids"]["paper"]))
+
+
+def memory_trace_block(root: Path) -> str:
+    """The committed trace of the paper grid (`softtokens plan --grid paper --trace`), its table as the command
+    prints it, with the host it ran on."""
+    from softtokens.sizing.trace_table import trace_table
+
+    record = json.loads((root / "benchmarks/results/memory_trace_paper.json").read_text())
+    dev = record["device"]
+    return (trace_table(record["phases"]) + f"\n\nTraced on a {dev.get('count', '?')}-core {dev.get('name', 'CPU')} "
+            f"in {record['seconds']:.0f} s, depths {', '.join(map(str, record['depths']))} extrapolated to each model's.")
 
 
 def mini_forecast_block(root: Path) -> str:
@@ -247,6 +259,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "judging-choices": judging_choices_block,
     "paper-plan": paper_plan_block,
     "paper-memory-plan": paper_memory_plan_block,
+    "memory-trace": memory_trace_block,
     "datasets": datasets_block,
     "claims-budget": claims_budget_block,
     "degrees-of-freedom": degrees_of_freedom_block,
@@ -263,7 +276,7 @@ FILES: dict[str, tuple[str, ...]] = {
                          "specifications"),
     "docs/cluster.md": ("paper-plan", "mini-forecast"),
     "README.md": ("demo-time", "test-time", "demo-results"),
-    "docs/memory-plan.md": ("paper-memory-plan",),
+    "docs/memory-plan.md": ("paper-memory-plan", "memory-trace"),
     "docs/data-and-reward.md": ("datasets",),
 }
 

@@ -2,29 +2,15 @@
 architecture numbers (shipped under ``architectures/``: no download), so that a grid whose
 jobs cannot fit the GPU memory it declares stops before any job starts.
 
-What a training job holds on each of its P processes (softtokens.sharding):
-- master weights, their gradients and AdamW's two moments in ``param_dtype``, sharded over P
-  (FSDP2 splits each tensor along dim 0 into P chunks; rank 0 holds the largest);
-- the rollout copy of the whole model in ``compute_dtype``;
-- while decoding its B*G/P rows: the KV cache, per-step logits and the recorded float32 soft inputs
-  (the Gaussian noise is counter noise, drawn per step and again in the update: never held); no
-  float32 copy of the output projection where bf16 GEMMs write float32 results (FUSED_WIDE_GEMM);
-- while updating one micro-batch (the backward phase): the gradients, the gathered compute-dtype
-  weights and gradients of the root (E, head, final norm) and of two decoder layers (FSDP prefetches
-  one), the activations a layer saves for its backward (all layers, or with activation checkpointing
-  only each layer's input plus one layer recomputed), and the float32 logits of one chunk of
-  rloo.logit_chunk_steps steps, and the head's (and an untied E's) weight gradient summed in float32 over
-  them (train.head_loss);
-- at the optimizer step: the gradients and what the AdamW implementation allocates besides its
-  state: the default multi-tensor (foreach) kernels a full-size float32 temporary of the sharded
-  parameters (12.85 GB for a 3.2B model, measured on an H100), the fused kernels nothing of that size
-  (measured on an H200: 58.0-58.6 GB at the first step, micro-batch 16). The update peak is the
-  larger of the two phases. At a run's first step AdamW has no state until its step allocates it
-  (``first_step``: what a one-step gpu-check measures).
-The saved-activation count per token and layer is that of a Llama/Qwen2 block under SDPA with a
-padding mask (K and V repeated to all heads): 4d + 4 h hd + 4 kv hd + 4 I values.
-Parameters, gradients and optimizer state are exact (tests compare them with what FSDP
-allocates on CPU); activations and transients are estimates, checked on a GPU when one is lent.
+A training job's P processes each hold their FSDP2 shard (rank 0's, the largest) of the master weights, their
+gradients and AdamW's two moments in ``param_dtype``, and the whole rollout copy in ``compute_dtype``; each phase
+adds what it makes: the rollout its KV cache, decode transients and recorded float32 soft inputs; the update the
+saved activations of a micro-batch and the head's peak (train.head_loss: a chunk's logits, W's float32 gradient
+sum, the root gathered), the gradient shards where an earlier micro-batch made them; the optimizer step the AdamW
+implementation's temporaries; greedy validation its own KV cache; a staged save one gathered tensor. Every term is
+held to PyTorch's own accounting of the project's code (gpucheck.trace, `softtokens plan --trace`, within 5 % on
+every paper job: docs/memory-plan.md, "The plan held to its trace"); parameters, gradients and optimizer state are
+exact (tests compare them with what FSDP allocates on CPU).
 """
 
 from __future__ import annotations
@@ -45,7 +31,7 @@ from softtokens.sizing.architecture import (  # noqa: F401  (the plan's public n
     load_architecture,
     toy_architecture,
 )
-from softtokens.train.config import HEAD_TILE_ROWS, logit_chunk_steps
+from softtokens.train.config import logit_chunk_steps
 
 GB = 1e9
 BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}
@@ -56,21 +42,11 @@ FUSED_WIDE_GEMM = True
 # AdamW's implementations and the float32 temporaries of the sharded parameters' size each allocates in step()
 # (train.optimizer chooses "fused" where the device has the kernels)
 OPTIMIZER_TEMPORARIES = {"fused": 0, "foreach": 1}
-
-
-def head_gradient_bytes(a: Architecture, continuous: bool, fused: bool = True) -> int:
-    """The head's float32 weight-gradient memory in the update's backward. Fused (train.head_loss): W's sum
-    (and an untied E's under soft / fuzzy tokens), held over a micro-batch's chunks, plus one tile of the
-    product (train.config.HEAD_TILE_ROWS rows: its float32 output over the gradient and its bf16 remainder,
-    and their sum). The checkpointed path (rloo, a weight gradient handed to autograd per chunk): W's
-    accumulated gradient and a chunk's new one beside it, and for an untied E the same again; with
-    float32 operands its product is made over the operand and its remainder at once (2V x d) and summed
-    (V x d) before it is added: the fused path's peak is below it (tests/test_plan.py)."""
-    vd = a.vocab * a.hidden
-    matrices = 1 + (continuous and not a.tied)
-    if fused:
-        return 4 * vd * matrices + 3 * 4 * min(a.vocab, HEAD_TILE_ROWS) * a.hidden
-    return 4 * vd * matrices * 2 + 3 * 4 * vd
+# float32 values alive per logit of a chunk at the update head's peak (train.head_loss: logits, the mixture's split
+# probabilities, terms, gradients), traced: 8.43 at llama-3b x math's 2,048-row chunk, 7.0-7.6 at micro-batches of 8;
+# hard tokens (no mixture) untraced (a job's soft / fuzzy runs are its largest): the earlier count
+HEAD_FLOATS_PER_LOGIT = 8.5
+HARD_FLOATS_PER_LOGIT = 4
 
 
 def sharded_bytes(arch: Architecture, processes: int, itemsize: int) -> int:
@@ -93,12 +69,22 @@ class TrainJob:
     optimizer: str = "fused"    # train.optimizer's AdamW implementation (OPTIMIZER_TEMPORARIES)
     val_rows: int = 0           # rows a process decodes at once in greedy validation (0: its rollout rows)
     val_cot_tokens: int = 0     # greedy validation's CoT cap (0: the rollout's)
+    group: int = 1              # rows that share a prompt (G): a prompt is prefilled once for its rows
 
 
-def saved_per_token_layer(arch: Architecture) -> int:
-    """Values a decoder layer saves per token for its backward (module docstring)."""
+def saved_per_token_layer(arch: Architecture, compute_bytes: int = 2) -> int:
+    """Bytes a decoder layer saves per token for its backward (module docstring): 4d + 4 h hd + 4 I values in the
+    compute dtype, and the float32 input of each of its two RMSNorms (4 bytes x 2d). The un-repeated K and V are
+    not kept (attention keeps the repeated ones)."""
     a = arch
-    return 4 * a.hidden + 4 * a.heads * a.head_dim + 4 * a.kv_heads * a.head_dim + 4 * a.intermediate
+    return (4 * a.hidden + 4 * a.heads * a.head_dim + 4 * a.intermediate) * compute_bytes + 2 * a.hidden * 4
+
+
+def prefilled_rows(rows: int, group: int) -> int:
+    """Prompts a process prefills for ``rows`` rows of ``group`` to a prompt (DecodeRun.admit runs a repeated prompt
+    once): a shard that does not start at a prompt's first row holds one more."""
+    group = max(1, min(group, rows))
+    return min(rows, -(-rows // group) + (1 if rows % group else 0))
 
 
 def wide_copies(arch: Architecture, compute_dtype: str, continuous: bool) -> int:
@@ -126,24 +112,33 @@ def train_memory(arch: Architecture, job: TrainJob, first_step: bool = False) ->
         "rollout weights": a.parameters * c,
         "kv cache": rows * (job.prompt_tokens + steps) * a.layers * 2 * a.kv_heads * a.head_dim * c,
         "decode transients": copies * 4 * vd + rows * a.vocab * 4 * 4
-                             + rows * job.prompt_tokens * (3 * a.hidden + 2 * a.intermediate) * c,
+                             + prefilled_rows(rows, job.group) * job.prompt_tokens * (3 * a.hidden + 2 * a.intermediate) * c,
         "soft inputs": rows * steps * a.hidden * 4 if job.continuous else 0,
     }
     mb, T = min(job.micro_batch, rows), job.prompt_tokens + steps
-    per_layer = saved_per_token_layer(a) * c
-    if job.checkpointing:
-        acts = mb * T * (a.layers * a.hidden * c + per_layer)
-    else:
-        acts = mb * T * a.layers * per_layer
-    m["activations"] = acts + mb * T * a.hidden * c * 4
-    # float32 logits of one chunk of steps (rloo.rollout_log_probs), recomputed in the backward, and for
-    # soft / fuzzy the chunk's counter noise drawn again (d floats a step)
-    chunk = mb * min(steps, logit_chunk_steps(mb))
-    m["logits"] = chunk * a.vocab * 4 * (6 if job.continuous else 4) + (chunk * a.hidden * 4 if job.continuous else 0)
-    # the gathered root and two layers in the compute dtype (and their gradients), float32 copies of W (and of
-    # an untied E for the mixture) with their gradients where the head makes them
-    m["gathered weights"] = 2 * (a.root_params + 2 * a.layer_params) * c + 2 * 4 * vd * copies
-    m["head gradients"] = head_gradient_bytes(a, job.continuous)
+    per_layer = saved_per_token_layer(a, c)
+    saved = mb * T * a.layers * (a.hidden * c if job.checkpointing else per_layer)
+    m["activations"] = saved + mb * T * a.hidden * c * 4
+    # the head (train.head_loss), whose peak is a micro-batch's peak on every paper job (traced): one chunk of
+    # steps' logits at HEAD_FLOATS_PER_LOGIT float32 values a logit, and for soft / fuzzy the chunk's counter noise
+    # drawn again (d floats a step); W's float32 gradient sum beside it, and an untied E's from the first mixture
+    # on (so at a later chunk, whose steps are what the first leaves)
+    steps_per_chunk = min(steps, logit_chunk_steps(mb))
+    later = mb * min(steps_per_chunk, steps - steps_per_chunk)
+    per_logit = 4 * (HEAD_FLOATS_PER_LOGIT if job.continuous else HARD_FLOATS_PER_LOGIT)
+
+    def head_chunk(rows_: int) -> int:
+        return rows_ * (a.vocab * per_logit + (a.hidden * 4 if job.continuous else 0))
+
+    e_sum = 4 * vd if job.continuous and not a.tied else 0
+    m["logits"] = max(head_chunk(mb * steps_per_chunk), head_chunk(later) + e_sum if later else 0)
+    m["head gradients"] = 4 * vd
+    # the root gathered in the compute dtype (the layers are resharded after their forward), float32 copies of W
+    # (and of an untied E for the mixture) with their gradients where the head makes them
+    m["gathered weights"] = a.root_params * c + 2 * 4 * vd * copies
+    # a layer's backward (recomputed with checkpointing) beside the root's gradients and a gathered layer: planned too
+    m["recomputed layer"] = ((mb * T * per_layer if job.checkpointing else 0)
+                             + (a.root_params + 2 * a.layer_params) * c + 4 * vd + e_sum)
     m["optimizer temporaries"] = OPTIMIZER_TEMPORARIES[job.optimizer] * shard
     state = 0 if first_step else m["optimizer state"]
     m["held"] = m["master weights"] + state + m["rollout weights"]
@@ -157,8 +152,11 @@ def train_memory(arch: Architecture, job: TrainJob, first_step: bool = False) ->
     m["validation"] = (m["held"] + m["validation kv cache"] + copies * 4 * vd + vrows * a.vocab * 4 * 4
                        + vrows * job.prompt_tokens * (3 * a.hidden + 2 * a.intermediate) * c)
     m["staged save"] = m["held"] + max(math.prod(s) for s in a.shapes) * p
-    m["backward"] = (m["held"] + m["gradients"] + m["soft inputs"] + m["activations"] + m["logits"]
-                     + m["gathered weights"] + m["head gradients"])
+    # the gradient shards exist from a process's first micro-batch's backward on: its peak (at the head, before
+    # any layer's gradient is reduced) holds them only where an earlier micro-batch made them
+    earlier = m["gradients"] if -(-rows // mb) > 1 else 0
+    m["backward"] = (m["held"] + earlier + m["soft inputs"] + m["activations"]
+                     + max(m["logits"] + m["gathered weights"] + m["head gradients"], m["recomputed layer"]))
     # the step: AdamW's state (allocated by it at the first step) and its temporaries beside the gradients
     m["optimizer step"] = m["held"] + m["gradients"] + m["soft inputs"] + m["optimizer temporaries"] \
         + (m["optimizer state"] if first_step else 0)
@@ -187,14 +185,21 @@ def eval_memory(arch: Architecture, batch: int, prompt_tokens: int, cot_tokens: 
     return m
 
 
-def loglik_memory(arch: Architecture, batch: int, context_tokens: int, choice_tokens: int = 64,
+LOGLIK_CHOICE_TOKENS = 64   # a multiple-choice continuation's tokens the plan allows (the longest scored at once)
+
+
+def loglik_memory(arch: Architecture, batch: int, context_tokens: int, choice_tokens: int = LOGLIK_CHOICE_TOKENS,
                   compute_dtype: str = "bfloat16") -> dict[str, float]:
+    """eval.loglik's peak (traced): at the head, the last hidden states of every token, a float32 copy of W
+    (model.head.output_logits widens W on every device) and the float32 logits of the continuation's positions;
+    the decoder's KV cache is gone by then (its peak does not grow with depth), its layers' transients below it."""
     a, c = arch, BYTES[compute_dtype]
     T = context_tokens + choice_tokens
     m = {"weights": a.parameters * c,
-         "activations": batch * T * (4 * a.hidden + 2 * a.intermediate) * c + batch * T * a.layers * 2 * a.kv_heads * a.head_dim * c,
-         "logits": batch * choice_tokens * a.vocab * 4 * 2 + wide_copies(a, compute_dtype, False) * 4 * a.vocab * a.hidden}
-    m["peak"] = sum(m.values())
+         "activations": batch * T * a.hidden * c,
+         "logits": batch * choice_tokens * a.vocab * 4 + 4 * a.vocab * a.hidden,
+         "layer transients": batch * T * (4 * a.hidden + 2 * a.intermediate) * c}
+    m["peak"] = m["weights"] + max(m["activations"] + m["logits"], m["layer transients"])
     return m
 
 
@@ -245,7 +250,7 @@ def train_job_for(grid: dict, model: str, rl: dict, prompt: int, continuous: boo
                     answer_tokens=rl["answer_max_tokens"], continuous=continuous, param_dtype=rl["param_dtype"],
                     compute_dtype=rl["compute_dtype"], checkpointing=checkpointing,
                     val_rows=min(val_rows, int(_schema_defaults()["val_batch_size"] if val_batch == AUTO else val_batch)),
-                    val_cot_tokens=validation_cot_cap(rl, grid.get("evaluation")))
+                    val_cot_tokens=validation_cot_cap(rl, grid.get("evaluation")), group=rl["samples_per_prompt"])
 
 
 def resolve_memory(config: dict, grid_name: str, model: str, rl: dict, continuous: bool = True) -> dict:
@@ -320,7 +325,8 @@ def grid_plan(config: dict, grid_name: str) -> list[dict]:
                      "setting": f"B*G {job.rows}, micro-batch {job.micro_batch}, CoT {job.cot_tokens}"
                                 f"{', checkpointing' if job.checkpointing else ''}, validation {job.val_rows} rows "
                                 f"x CoT {job.val_cot_tokens}",
-                     "memory": train_memory(arch, job)})
+                     "memory": train_memory(arch, job), "job_shape": job, "model": model, "arch": arch,
+                     "group": rl["samples_per_prompt"], "modes": list(cell["modes"])})
     ev = {**EVAL_DEFAULTS, **grid["evaluation"]}
     compute = resolved_rl(config, grid_name)["compute_dtype"]
     for model in ev["models"]:
@@ -328,11 +334,17 @@ def grid_plan(config: dict, grid_name: str) -> list[dict]:
         rows.append({"job": f"evaluate {model}", "gpus": 1, "parameters": arch.parameters,
                      "setting": f"batch {ev['batch_size']}, CoT {ev['cot_max_tokens']}",
                      "memory": eval_memory(arch, ev["batch_size"], prompt, ev["cot_max_tokens"],
-                                           ev["answer_max_tokens"], compute)})
+                                           ev["answer_max_tokens"], compute), "model": model, "arch": arch,
+                     "compute_dtype": compute,
+                     "eval_shape": {"batch": ev["batch_size"], "prompt_tokens": prompt, "cot_tokens": ev["cot_max_tokens"],
+                                    "answer_tokens": ev["answer_max_tokens"]}})
         if ev.get("ood_benchmarks"):
             rows.append({"job": f"evaluate_loglik {model}", "gpus": 1, "parameters": arch.parameters,
                          "setting": f"batch {ev['loglik_batch_size']}",
-                         "memory": loglik_memory(arch, ev["loglik_batch_size"], prompt, compute_dtype=compute)})
+                         "memory": loglik_memory(arch, ev["loglik_batch_size"], prompt, compute_dtype=compute),
+                         "model": model, "arch": arch, "compute_dtype": compute,
+                         "loglik_shape": {"batch": ev["loglik_batch_size"], "context_tokens": prompt,
+                                          "choice_tokens": LOGLIK_CHOICE_TOKENS}})
     return rows
 
 
