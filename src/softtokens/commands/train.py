@@ -183,7 +183,6 @@ def cmd_plan_claims(a) -> None:
 
 def cmd_plan_trace(a) -> None:
     """The grid's plan held to its trace, phase by phase (gpucheck.trace_plan)."""
-    import json
     import time
 
     from softtokens.gpucheck.trace_plan import DEPTHS, traced_plan
@@ -200,7 +199,7 @@ def cmd_plan_trace(a) -> None:
     out = Path(a.trace_out or f"benchmarks/results/memory_trace_{grid}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, json.dumps({"grid": grid, "depths": list(DEPTHS), "band": list(BAND), "device": device(),
-                                       "seconds": round(seconds, 1), "phases": records}, indent=1) + "\n")
+                                "seconds": round(seconds, 1), "phases": records}, indent=1) + "\n")
     bad = outside_band(records)
     print(f"\n{len(records) - len(bad)} of {len(records)} phases within {BAND[0]}-{BAND[1]} of the plan; "
           f"traced in {seconds:.0f} s; {out}")

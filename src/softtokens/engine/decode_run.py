@@ -111,7 +111,7 @@ class DecodeRun:
         real = prompt_mask.sum(1)
         # a prompt repeated in the batch (G samples of a prompt in training, n samples of a problem
         # in evaluation) is run once: its first slot is prefilled, the others copy its cache columns
-        # the host's one look at the batch (ids and lengths together; a traced run, sizing.trace, passes host
+        # the host's one look at the batch (ids and lengths together; a traced run, gpucheck.trace, passes host
         # tensors, whose values its fake device tensors do not hold)
         first, inverse = first_occurrences(prompt_ids.tolist())
         lengths = [int(sum(m)) for m in prompt_mask.tolist()]

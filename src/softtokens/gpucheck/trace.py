@@ -17,7 +17,6 @@ device value (fake tensors hold none): the loop's bookkeeping after a decode ste
 from __future__ import annotations
 
 import contextlib
-import json
 import types
 from dataclasses import dataclass
 
@@ -27,7 +26,6 @@ from torch.distributed._tools.mem_tracker import MemTracker
 
 from softtokens.config.names import setting_name
 from softtokens.data.prompt import PREFILL_TOKENS, PROMPT_HEAD, format_prompt
-from softtokens.sizing.architecture import architecture_file
 
 DECODE_STEPS = 2      # decode steps traced per decode phase: the cache is preallocated, a step's transients repeat
 
@@ -53,14 +51,10 @@ class PhaseTracker(MemTracker):
 
     def start_phase(self) -> None:
         """The next peak read is this phase's alone (MemTracker keeps one peak per tracker)."""
-        self._peak_mem, self._peak_mem_snap = {}, {}
-        self._update_peak_stats(self._peak_state())
-
-    @staticmethod
-    def _peak_state():
         from torch.distributed._tools.mem_tracker import _ModState
 
-        return _ModState.PEAK_FW
+        self._peak_mem, self._peak_mem_snap = {}, {}
+        self._update_peak_stats(_ModState.PEAK_FW)
 
     def peak(self) -> dict[str, int]:
         """{kind: bytes} at this phase's peak (parameters, gradients, optimizer state, activations, temporaries,
@@ -112,12 +106,12 @@ def gpu_head():
         head._FUSED_OK.update(before)
 
 
-def architecture_fields(source: str, layers: int | None = None) -> dict:
-    """A shipped architecture's config.json fields, at ``layers`` decoder layers (reduced depth) if given."""
-    fields = {k: v for k, v in json.loads(architecture_file(source).read_text()).items() if not k.startswith("_")}
-    if layers:
-        fields["num_hidden_layers"] = layers
-    return fields
+def architecture_fields(source: str, layers: int) -> dict:
+    """A shipped architecture's config.json fields (gpucheck.models.architecture_config) at ``layers`` decoder
+    layers."""
+    from softtokens.gpucheck.models import architecture_config
+
+    return {**architecture_config(source), "num_hidden_layers": layers}
 
 
 @dataclass(frozen=True)
@@ -134,14 +128,10 @@ class TraceShape:
 
 
 def _model(fields: dict, tok, dtype: torch.dtype, grad: bool):
-    from transformers import AutoConfig, AutoModelForCausalLM
+    """gpucheck.models.random_model under the fake mode (shapes only), its parameters needing gradients or not."""
+    from softtokens.gpucheck.models import random_model
 
-    f = dict(fields)
-    cfg = AutoConfig.for_model(f.pop("model_type"), **f)
-    cfg.pad_token_id, cfg.eos_token_id, cfg.bos_token_id = tok.pad_token_id, tok.eos_token_id, tok.bos_token_id
-    model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    return model.requires_grad_(grad)
+    return random_model(fields, tok, dtype, torch.device("cpu")).requires_grad_(grad)
 
 
 def prompt_batch(tok, rows: int, group: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,7 +194,7 @@ def trace_training(fields: dict, shape: TraceShape, processes: int, mode: str, c
         master = _model(fields, tok, dtypes[param_dtype], grad=True)
         # the rollout copy: the model in the compute dtype (train.sharding.rollout_copy's deepcopy cannot run
         # under fake tensors; this is its result)
-        plain = _model(fields, tok, dtypes[compute_dtype], grad=False).eval()
+        plain = _model(fields, tok, dtypes[compute_dtype], grad=False)
         policy = shard_policy(master, mesh, compute_dtype, param_dtype, checkpointing)
         opt, _ = adamw(policy.parameters(), 1e-6, (0.9, 0.999), 1e-8, 0.0, optimizer)
         engine = CotEngine(plain, tok, fixed_shapes=True, cuda_graphs=False)
@@ -273,7 +263,7 @@ def trace_evaluation(fields: dict, shape: TraceShape, mode: str = "soft", comput
     tok = tok or check_tokenizer(fields["vocab_size"])
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
     with gpu_head(), FakeTensorMode(allow_non_fake_inputs=True):
-        model = _model(fields, tok, dtypes[compute_dtype], grad=False).eval()
+        model = _model(fields, tok, dtypes[compute_dtype], grad=False)
         engine = CotEngine(model, tok, fixed_shapes=True, cuda_graphs=False)
         tracker = PhaseTracker()
         tracker.track_external(model)
@@ -298,7 +288,7 @@ def trace_loglik(fields: dict, batch: int, context_tokens: int, choice_tokens: i
     requests = [(i, 0, [(5 * i + j) % (vocab - 1) + 1 for j in range(width + 1)], choice_tokens)
                 for i in range(batch)]
     with gpu_head(), FakeTensorMode(allow_non_fake_inputs=True):
-        model = _model(fields, tok, dtypes[compute_dtype], grad=False).eval()
+        model = _model(fields, tok, dtypes[compute_dtype], grad=False)
         tracker = PhaseTracker()
         tracker.track_external(model)
         with tracker:

@@ -25,22 +25,24 @@ def extrapolated(at: dict[int, float], depth: int) -> float:
     return m1 + (m2 - m1) * (depth - d1) / (d2 - d1)
 
 
-def job_traces(row: dict, depths=DEPTHS, tok=None, mode: str | None = None) -> dict[str, dict[int, dict[str, int]]]:
+def job_traces(row: dict, depths=DEPTHS, tok=None) -> dict[str, dict[int, dict[str, int]]]:
     """{phase: {depth: {kind: traced bytes}}} of one grid_plan row (kinds: MemTracker's, and Total)."""
+    from softtokens.gpucheck.models import check_tokenizer
     from softtokens.gpucheck.trace import TraceShape, architecture_fields, trace_evaluation, trace_loglik, trace_training
 
     out: dict[str, dict[int, int]] = {}
     source = row["source"]
+    tok = tok or check_tokenizer(row["arch"].vocab)   # one for every depth
     for depth in depths:
         fields = architecture_fields(source, depth)
         if "job_shape" in row:
             job = row["job_shape"]
             rows = -(-job.rows // job.processes)
-            shape = TraceShape(rows=rows, group=min(row["group"], rows), prompt_tokens=job.prompt_tokens,
+            shape = TraceShape(rows=rows, group=min(job.group, rows), prompt_tokens=job.prompt_tokens,
                                cot_tokens=job.cot_tokens, answer_tokens=job.answer_tokens,
                                micro_batch=job.micro_batch, val_rows=job.val_rows, val_cot_tokens=job.val_cot_tokens)
-            mode = mode or ("soft" if job.continuous else "hard")
-            phases = trace_training(fields, shape, job.processes, mode, job.compute_dtype, job.param_dtype,
+            phases = trace_training(fields, shape, job.processes, "soft" if job.continuous else "hard",
+                                    job.compute_dtype, job.param_dtype,
                                     job.checkpointing, job.optimizer, tok=tok)
         elif "eval_shape" in row:
             e = row["eval_shape"]
@@ -83,13 +85,12 @@ def traced_plan(config: dict, grid_name: str, depths=DEPTHS, jobs: list[str] | N
         source = grid["models"][row["model"]]["source"]
         row = {**row, "source": source}
         arch = row["arch"]
-        key = (source, repr(row.get("job_shape")), repr(row.get("eval_shape")), repr(row.get("loglik_shape")),
-               row.get("group"))
+        key = (source, repr(row.get("job_shape")), repr(row.get("eval_shape")), repr(row.get("loglik_shape")))
         start = time.perf_counter()
         if key not in done:
-            vocab = arch.vocab
-            tok = tokenizers.setdefault(vocab, check_tokenizer(vocab))
-            done[key] = job_traces(row, depths, tok)
+            if arch.vocab not in tokenizers:   # padded to 128k+ tokens: made once per vocabulary
+                tokenizers[arch.vocab] = check_tokenizer(arch.vocab)
+            done[key] = job_traces(row, depths, tokenizers[arch.vocab])
         traced = done[key]
         planned = planned_phases(row, arch)
         for phase, at in traced.items():

@@ -325,8 +325,7 @@ def grid_plan(config: dict, grid_name: str) -> list[dict]:
                      "setting": f"B*G {job.rows}, micro-batch {job.micro_batch}, CoT {job.cot_tokens}"
                                 f"{', checkpointing' if job.checkpointing else ''}, validation {job.val_rows} rows "
                                 f"x CoT {job.val_cot_tokens}",
-                     "memory": train_memory(arch, job), "job_shape": job, "model": model, "arch": arch,
-                     "group": rl["samples_per_prompt"], "modes": list(cell["modes"])})
+                     "memory": train_memory(arch, job), "job_shape": job, "model": model, "arch": arch})
     ev = {**EVAL_DEFAULTS, **grid["evaluation"]}
     compute = resolved_rl(config, grid_name)["compute_dtype"]
     for model in ev["models"]:
