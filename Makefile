@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
 
-.PHONY: setup demo demo-sweeps demo-real demo-ablations demo-long test lint clean-toy
+.PHONY: setup demo demo-sweeps demo-real demo-ablations demo-long test test-slow test-all lint clean-toy
 
 $(BIN)/activate:
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -80,11 +80,21 @@ demo-ablations: setup
 demo-long: setup
 	$(BIN)/snakemake --cores $(CORES) --config grid=toy-long
 
-# the suite on pytest-xdist workers, a module at a time (tests/conftest.py orders the longest first).
-# Three on two cores: the real SLURM test mostly waits on SLURM while the other two work.
+# the suite on pytest-xdist workers, a module at a time (tests/conftest.py orders the longest first), in two tiers:
+# `make test`, every test but those marked slow (minutes of work each on a 2-core host: the real model's DAG, SLURM,
+# FSDP over several processes, the fault and kill scenarios beyond one of each kind, the paper grids' dry runs), and
+# `make test-slow`, those. CI (.ci/run) runs both, one after the other; `make test-all` runs both at once.
+# Three workers on two cores: the real SLURM test mostly waits on SLURM while the other two work.
 TEST_WORKERS ?= 3
+PYTEST := $(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 test: setup
-	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
+	$(PYTEST) -m "not slow"
+
+test-slow: setup
+	$(PYTEST) -m slow
+
+test-all: setup
+	$(PYTEST)
 
 lint: setup
 	$(BIN)/snakemake --lint

@@ -3,6 +3,7 @@ included: the .venv, CPU torch, the project), on this machine, one after the oth
 
     python benchmarks/fresh_clone_time.py            # both: writes benchmarks/results/{demo,test}_time.json
     python benchmarks/fresh_clone_time.py --only test
+    python benchmarks/fresh_clone_time.py --only test --slow   # then `make test-slow` in the same clone
 
 `make test` runs with pytest's --durations=0 (PYTEST_ADDOPTS), so its time splits by kind of test, each module
 counted whole under one kind (KINDS; a module that starts `snakemake` is a DAG test): the README's statement of the
@@ -63,21 +64,31 @@ def slowest_modules(log: str, n: int = 8) -> dict[str, float]:
     return {k: round(v, 1) for k, v in sorted(module_seconds(log).items(), key=lambda kv: -kv[1])[:n]}
 
 
-def timed_make(target: str, env: dict | None = None) -> tuple[float, str, dict]:
-    """(seconds, output, the demo's table numbers) of `make TARGET` in a fresh clone."""
+def timed_make(target: str, env: dict | None = None, then: str | None = None
+               ) -> tuple[float, str, dict, tuple[float, str] | None]:
+    """(seconds, output, the demo's table numbers, (seconds, output) of `make THEN` after it in the same clone, set-up
+    done) of `make TARGET` in a fresh clone."""
     with tempfile.TemporaryDirectory(prefix=f"fresh-{target}-") as tmp:
         clone = Path(tmp) / "softtokens"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-        start = time.monotonic()
-        proc = subprocess.run(["make", target], cwd=clone, capture_output=True, text=True,
-                              env={**os.environ, **(env or {})})
-        seconds = time.monotonic() - start
-        log = Path(tempfile.gettempdir()) / f"fresh-make-{target}.log"
-        log.write_text(proc.stdout + proc.stderr)
-        print(f"make {target}: {seconds:.0f} s, exit {proc.returncode}; its output: {log}")
-        if proc.returncode != 0:
-            sys.exit(f"make {target} failed in a fresh clone ({seconds:.0f} s):\n{(proc.stdout + proc.stderr)[-4000:]}")
-        return seconds, proc.stdout + proc.stderr, demo_numbers(clone)
+        runs = []
+        for t in (target, then) if then else (target,):
+            start = time.monotonic()
+            proc = subprocess.run(["make", t], cwd=clone, capture_output=True, text=True,
+                                  env={**os.environ, **(env or {})})
+            seconds = time.monotonic() - start
+            log = Path(tempfile.gettempdir()) / f"fresh-make-{t}.log"
+            log.write_text(proc.stdout + proc.stderr)
+            print(f"make {t}: {seconds:.0f} s, exit {proc.returncode}; its output: {log}")
+            if proc.returncode != 0:
+                sys.exit(f"make {t} failed in a fresh clone ({seconds:.0f} s):\n{(proc.stdout + proc.stderr)[-4000:]}")
+            runs.append((seconds, proc.stdout + proc.stderr))
+        return runs[0][0], runs[0][1], demo_numbers(clone), runs[1] if then else None
+
+
+def counted(log: str) -> dict[str, int]:
+    """pytest's closing counts (passed, skipped) in a make log."""
+    return {what: int(m.group(1)) if (m := re.search(rf"(\d+) {what}", log)) else 0 for what in ("passed", "skipped")}
 
 
 def host_kind() -> str:
@@ -125,20 +136,25 @@ def record(name: str, doc: dict) -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", choices=("demo", "test"))
+    p.add_argument("--slow", action="store_true", help="after `make test`, `make test-slow` in the same clone")
     a = p.parse_args(argv)
     stamp = {"date": dt.date.today().isoformat(), "commit": head(), "host": host_kind()}
     if a.only in (None, "demo"):
-        seconds, _, numbers = timed_make("demo")
+        seconds, _, numbers, _ = timed_make("demo")
         record("demo_time.json", {"seconds": round(seconds), **stamp, "tables": numbers,
                                   "how": "make demo in a fresh clone, set-up included (benchmarks/fresh_clone_time.py)"})
     if a.only in (None, "test"):
-        seconds, log, _ = timed_make("test", {"PYTEST_ADDOPTS": "--durations=0"})
-        counts = {what: int(m.group(1)) if (m := re.search(rf"(\d+) {what}", log)) else 0
-                  for what in ("passed", "skipped")}
-        record("test_time.json", {"seconds": round(seconds), **stamp, **counts,
-                                  "kinds": split_by_kind(log), "slowest_modules": slowest_modules(log),
-                                  "how": "make test in a fresh clone, set-up included; kinds: pytest's per-test "
-                                         "seconds summed over the workers (benchmarks/fresh_clone_time.py)"})
+        env = {"PYTEST_ADDOPTS": "--durations=0"}
+        seconds, log, _, slow = timed_make("test", env, then="test-slow" if a.slow else None)
+        doc = {"seconds": round(seconds), **stamp, **counted(log), "tier": "make test (every test not marked slow)",
+               "kinds": split_by_kind(log), "slowest_modules": slowest_modules(log),
+               "how": "make test in a fresh clone, set-up included; kinds: pytest's per-test "
+                      "seconds summed over the workers (benchmarks/fresh_clone_time.py)"}
+        if slow is not None:
+            doc["slow"] = {"seconds": round(slow[0]), **counted(slow[1]), "kinds": split_by_kind(slow[1]),
+                           "slowest_modules": slowest_modules(slow[1]),
+                           "how": "make test-slow after make test, in the same clone (set-up done)"}
+        record("test_time.json", doc)
 
 
 if __name__ == "__main__":

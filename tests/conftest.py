@@ -33,11 +33,14 @@ FAULTS = Path(__file__).resolve().parent / "faults"
 # `make test` runs the suite on pytest-xdist workers, a module at a time (--dist loadscope: a module's
 # fixtures are built once, e.g. test_paper_path's FSDP runs; the tiny DAG once a session for the modules that
 # read it: tests/shared_dag.py). The longest modules go first, so that no worker is left with one at the end: the
-# real SLURM test (mostly waiting on SLURM, so it overlaps with the rest), the real model's DAG, the tiny DAG, the
-# two-process training, ...; the tiny DAG's other readers after it has had time to be built.
-FIRST = ("test_slurm.py", "test_real_model.py", "test_tiny_dag.py", "test_paper_path.py", "test_reliability.py",
-         "test_dag_faults.py", "test_dag_audit.py", "test_crate.py", "test_gpu_check.py", "test_workflow.py", "test_readme.py",
-         "test_first_day.py", "test_training.py")
+# real SLURM test (mostly waiting on SLURM, so it overlaps with the rest), the real model's DAG, the tiny DAG; then,
+# while the tiny DAG is built (about 3 minutes on a 2-core host), modules that do not read it, and its readers after
+# them (a reader asked for first waits on the DAG's lock, a worker idle). The same order serves both tiers (the
+# Makefile's test and test-slow): a module with no test in a tier drops out of its order.
+FIRST = ("test_slurm.py", "test_real_model.py", "test_tiny_dag.py", "test_paper_path.py", "test_fast_engine.py",
+         "test_first_day.py", "test_memory_trace.py", "test_reliability.py", "test_grading.py", "test_dag_faults.py",
+         "test_dag_audit.py", "test_crate.py", "test_gpu_check.py", "test_workflow.py", "test_readme.py",
+         "test_training.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -552,6 +552,7 @@ def test_the_papers_plus_minus_is_a_population_std():
     assert sample.loc[hard.name, "std"] == pytest.approx(0.43)
 
 
+@pytest.mark.slow
 def test_every_claim_on_the_papers_own_numbers():
     """The verdicts docs/protocol.md states (tests/test_docs.py holds the doc's table to these). With
     its unpaired test-set term and three seeds, the paper's own numbers cannot establish sameness within

@@ -38,6 +38,7 @@ def unpacked(zipped: Path, where: Path) -> Path:
     return where / "crate"
 
 
+@pytest.mark.slow
 def test_the_grids_crate_passes_the_provenance_run_crate_profile_offline_and_runcrate_reads_it(dag, tmp_path):
     from softtokens.crate.validate import PROFILE, validate
 
@@ -64,6 +65,7 @@ def test_the_grids_crate_passes_the_provenance_run_crate_profile_offline_and_run
     assert sum(line.startswith("action: ") for line in report.stdout.splitlines()) == len(actions)   # the run, each job
 
 
+@pytest.mark.slow
 def test_the_zipped_crate_audits_clean_where_no_results_tree_is(zipped, tmp_path):
     from softtokens.crate.validate import validate
 

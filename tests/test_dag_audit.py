@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 
+import pytest
 import yaml
 from shared_dag import (
     EVAL,
@@ -77,6 +78,7 @@ def test_an_edited_record_is_refused(dag, tmp_path):
     assert audit.returncode == 1 and "but its run selected" in audit.stdout
 
 
+@pytest.mark.slow
 def test_an_edited_selection_of_a_sweep_run_is_refused_by_the_sweep_table(dag, tmp_path):
     """The search's number is each run's selected.json (its greedy validation accuracy): edited, and its
     document hash recomputed by a careful forger, the sweep table's rebuild still refuses it, naming the file
@@ -142,6 +144,7 @@ def test_a_sidecar_beside_an_embedded_record_is_refused_naming_both(dag, tmp_pat
     assert audit.returncode == 1 and f"TWO RECORDS {EVAL}" in audit.stdout
 
 
+@pytest.mark.slow
 def test_a_record_without_its_hash_and_rows_cut_to_match_are_refused(dag, tmp_path):
     """content_sha256 removed, every wrong row dropped, n_problems and pass@1 set to match: no hash is a failure, and
     the rows are held to the test set (every question once)."""
@@ -233,6 +236,7 @@ def test_a_result_made_under_another_config_is_named_by_the_audit(dag, tmp_path)
     assert audit.returncode == 1 and f"MADE UNDER ANOTHER CONFIG {RUN}/metrics.jsonl: its train job" in audit.stdout
 
 
+@pytest.mark.slow
 def test_audit_rerun_makes_a_cell_again_and_finds_an_edit_every_hash_agrees_with(dag, tmp_path):
     """Re-execution, what an unkeyed hash cannot give: one cell made again from its checkpoint and test set is equal
     to its file, bit for bit; after a row's `correct` is flipped with pass@1 to match and the document rehashed (every
@@ -270,6 +274,7 @@ def test_a_test_set_row_without_its_id_is_named_by_the_audit_not_a_crash(dag, tm
     assert "cannot be read as questions" in audit.stdout
 
 
+@pytest.mark.slow
 def test_another_settings_result_copied_over_a_cell_is_refused_and_rerun_makes_what_the_path_asks(dag, tmp_path):
     """`cp fuzzy_sample.json hard_greedy.json`, nothing rehashed: the table job, the audit and status name the file
     (it is not where its job wrote it; its content is another setting's). A forger who also rewrites its identity and
@@ -316,6 +321,7 @@ def test_a_table_made_from_a_chosen_subset_is_named_by_the_audit(dag, tmp_path):
     assert dropped in audit.stdout, audit.stdout[-3000:]
 
 
+@pytest.mark.slow
 def test_the_audit_reads_a_tree_from_any_directory_and_after_a_move(dag, tmp_path):
     """The honest twins of every path a record holds: the audit from another directory (an absolute path), and of a
     tree moved elsewhere, finds every link (records are relative to their own root, found from the file). A file

@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from conftest import fault_env
 from shared_dag import (
     EVAL,
@@ -26,6 +27,7 @@ from shared_dag import (
 from test_workflow import BIN, ROOT, snakemake
 
 
+@pytest.mark.slow
 def test_a_failing_rerun_keeps_the_results_it_was_to_replace(dag, tmp_path):
     """A malformed benchmark row, then a forced rerun of the base model's evaluation: the job fails,
     the previous evaluation files are back with their provenance, and the console says where."""
@@ -43,6 +45,7 @@ def test_a_failing_rerun_keeps_the_results_it_was_to_replace(dag, tmp_path):
     assert {p: p.read_bytes() for p in evals} == before
 
 
+@pytest.mark.slow
 def test_an_interrupted_retrain_leaves_nothing_resting_on_a_deleted_checkpoint(dag, tmp_path):
     """A forced retrain that crashes: the run's previous metrics and checkpoints are back, every table
     still audits to intact links, and the run's attempts are numbered on (1, 2; the rerun 3)."""
@@ -65,6 +68,7 @@ def test_an_interrupted_retrain_leaves_nothing_resting_on_a_deleted_checkpoint(d
     assert train_rows(d / RUN / "metrics.jsonl") == train_rows(dag / RUN / "metrics.jsonl")
 
 
+@pytest.mark.slow
 def test_a_job_killed_as_the_oom_killer_kills_says_so_on_the_console_and_in_its_log(dag, tmp_path):
     """SIGKILL inside a training job (what the kernel's OOM killer does: exit 137, nothing flushed): the console
     and the job's log name it as most likely out of memory, with what the job declared and what the machine has;
@@ -81,6 +85,7 @@ def test_a_job_killed_as_the_oom_killer_kills_says_so_on_the_console_and_in_its_
     assert (d / RUN / "metrics.jsonl").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_swapped_best_checkpoints_are_refused_before_anything_is_written_naming_both_runs(dag, tmp_path):
     """Two runs' best checkpoints swapped (each a whole checkpoint: its manifest and record valid for its bytes): the
     forced evaluation of one cell and its run's selection refuse before writing, naming the run and where the
@@ -150,6 +155,7 @@ def test_sigkill_of_the_whole_run_mid_training_then_a_rerun_is_bit_identical(dag
         assert (d / RUN / "checkpoints" / f).read_bytes() == (dag / RUN / "checkpoints" / f).read_bytes()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_with_flipped_bytes_is_refused_wherever_it_is_read(dag, tmp_path):
     """4,000 bytes flipped inside the selected checkpoint, size unchanged: the evaluation and the
     selection refuse it naming the file, every earlier output stays as it was, the audit fails."""
@@ -170,6 +176,7 @@ def test_a_checkpoint_with_flipped_bytes_is_refused_wherever_it_is_read(dag, tmp
     assert audit.returncode == 1 and "DAMAGED" in audit.stdout and "model.safetensors" in audit.stdout
 
 
+@pytest.mark.slow
 def test_malformed_files_are_named_in_one_line_wherever_they_are_read(dag, tmp_path):
     """A truncated evaluation file (audit, status, the table job), 300 random bytes in a selected.json (the evaluation
     job), an empty file and a JSON of the wrong type: one line naming the file, no traceback, nothing overwritten."""

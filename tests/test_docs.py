@@ -4,15 +4,18 @@ is what `softtokens docs --write` would write now."""
 import re
 from pathlib import Path
 
+import pytest
 from softtokens.report import doc_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_every_generated_block_is_current():
     assert doc_blocks.stale(ROOT) == [], "run `softtokens docs --write` and commit the result"
 
 
+@pytest.mark.slow
 def test_a_stale_block_is_found_and_rewritten(tmp_path):
     for rel in doc_blocks.FILES:
         target = tmp_path / rel
@@ -29,6 +32,7 @@ def test_a_stale_block_is_found_and_rewritten(tmp_path):
     assert "no markers" in doc_blocks.stale(tmp_path, ROOT)[0]
 
 
+@pytest.mark.slow
 def test_the_plan_table_is_the_dry_runs():
     """The paper grid's job counts in docs/cluster.md come from the DAG: Table 1's 45 runs, 48 models
     evaluated under every inference setting on three benchmarks and on three out-of-domain sets."""

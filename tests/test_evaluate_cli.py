@@ -21,6 +21,7 @@ def evaluate(base, data, settings, outs, given=SETTINGS):
                  "--setting", *settings, "--out", *map(str, outs)])
 
 
+@pytest.mark.slow
 def test_several_settings_in_one_process_write_what_separate_jobs_write(base, toy_rows, tmp_path):
     data = tmp_path / "test.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in toy_rows["test"][:3]))

@@ -380,6 +380,7 @@ def test_stop_automaton_is_the_text_rule():
 
 
 @pytest.mark.parametrize("attention", ["matmul", "sdpa", "flex"])
+@pytest.mark.slow
 def test_fast_step_has_no_host_work(tiny_model, toy_tokenizer, toy_rows, monkeypatch, attention):
     """The decode step traces as one graph (torch.compile fullgraph: any host sync, .item(),
     .tolist() or data-dependent Python branch would break it), which is what CUDA-graph capture needs.

@@ -49,6 +49,7 @@ def _tiny_config(d: Path) -> None:
     (d / "tiny.yaml").write_text(yaml.safe_dump(config))
 
 
+@pytest.mark.slow
 def test_a_generated_grid_changes_no_other_grid(tmp_path):
     """`softtokens plan --claims` (the README's step) writes grids/claims-*.yaml; the tiny DAG's config
     (another grid) plans as before: a grid file is read only when its grid is selected."""
@@ -149,8 +150,8 @@ CELL = "results/toy/eval/toy/base/toyarith/hard_greedy.json"
 
 @pytest.mark.parametrize("words", [
     [CELL, "--forcerun", CELL],            # the target first, the file forced: Snakemake's own form
-    ["-R", CELL],                          # a file forced, the default target
-    [CELL, "--forcerun", "evaluate"],      # a rule forced after a target
+    pytest.param(["-R", CELL], marks=pytest.mark.slow),                       # a file forced, the default target
+    pytest.param([CELL, "--forcerun", "evaluate"], marks=pytest.mark.slow),   # a rule forced after a target
 ])
 def test_valid_forcerun_forms_run_as_snakemake_runs_them(tmp_path, words):
     proc = snakemake(*words, *tiny_args(_tiny(tmp_path)), "-n")
@@ -240,8 +241,10 @@ def test_a_misspelled_hub_id_in_plan_names_its_line_and_the_id(tmp_path):
 
 @pytest.mark.parametrize("target,said", [
     ("results/toy/eval/toy/toyarith-sfot-seed0/toyarith/hard_greedy.json", "mode 'sfot' is not one of this grid's (did you mean 'soft'?)"),
-    ("results/toy/eval/toy/toyarith-fuzzy-seed0/toyarith/hard_greddy.json", "setting 'hard_greddy' is not evaluated here (did you mean 'hard_greedy'?)"),
-    ("results/toy/runs/toy/toyarth/soft/seed0/selected.json", "toy/toyarth is not a training cell of the grid (did you mean 'toy/toyarith'?"),
+    pytest.param("results/toy/eval/toy/toyarith-fuzzy-seed0/toyarith/hard_greddy.json",
+                 "setting 'hard_greddy' is not evaluated here (did you mean 'hard_greedy'?)", marks=pytest.mark.slow),
+    pytest.param("results/toy/runs/toy/toyarth/soft/seed0/selected.json",
+                 "toy/toyarth is not a training cell of the grid (did you mean 'toy/toyarith'?", marks=pytest.mark.slow),
 ])
 def test_a_name_mistake_in_a_target_is_named_before_any_job(tmp_path, target, said):
     proc = snakemake(*tiny_args(_tiny(tmp_path)), "-n", target)
@@ -249,6 +252,7 @@ def test_a_name_mistake_in_a_target_is_named_before_any_job(tmp_path, target, sa
     assert proc.returncode != 0 and said in out, out[-2000:]
 
 
+@pytest.mark.slow
 def test_the_startup_check_knows_every_rule_of_the_workflow():
     from softtokens.workflow.startup import RULES
 

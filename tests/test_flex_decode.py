@@ -24,6 +24,7 @@ def _reference(q, K, V, lengths, scale):
 
 @torch.no_grad()
 @pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.slow
 def test_compiled_flex_decode_equals_the_matmul_attention(dtype, atol):
     """Grouped-query shapes (2 KV heads, 3 queries each), rows of different lengths, windows of 32, 48 and
     80 columns and 3 or 5 rows: one compiled kernel, each row masked at its own length."""

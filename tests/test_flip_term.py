@@ -67,6 +67,7 @@ def rollout_of(model, tokenizer, rows, seed: int):
                                                 answer_temperature=1.0)
 
 
+@pytest.mark.slow
 def test_in_bf16_the_term_is_the_score_of_the_rollouts_noise_at_a_flipped_near_tie(toy_tokenizer, toy_rows):
     vocab = len(toy_tokenizer)
     found = None

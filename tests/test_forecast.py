@@ -198,6 +198,7 @@ def test_plan_prints_grid_totals_per_job_kind_and_per_table(tiny, tmp_path, caps
     assert "prompt tokens, toy on toyarith: 20, assumed (the memory plan's worst case" in out
 
 
+@pytest.mark.slow
 def test_plan_states_the_papers_cost_beside_its_own(capsys):
     cli.main(["plan", "--config", str(ROOT / "config.yaml"), "--grid", "paper"])
     out = capsys.readouterr().out

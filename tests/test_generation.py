@@ -187,6 +187,7 @@ def supervised_toy_base(toy_rows):
     return model, tok
 
 
+@pytest.mark.slow
 def test_fuzzy_greedy_equals_hard_greedy_on_the_toy_base(supervised_toy_base, toy_rows):
     model, tok = supervised_toy_base
     eng = CotEngine(model, tok)

@@ -32,6 +32,7 @@ def smoke(tmp_path_factory):
     return rc, json.loads((out / "gpu_check.json").read_text()), (out / "gpu_check.md").read_text()
 
 
+@pytest.mark.slow
 def test_smoke_runs_every_section_and_passes(smoke):
     rc, report, summary = smoke
     assert rc == 0, summary
@@ -47,6 +48,7 @@ def test_smoke_runs_every_section_and_passes(smoke):
     assert {c["passed"] for c in report["checks"] if "CUDA graph" in c["check"]} == {None}
 
 
+@pytest.mark.slow
 def test_smoke_measures_what_the_issue_asks(smoke):
     _, report, _ = smoke
     engine = report["sections"]["engine"]
@@ -292,6 +294,7 @@ def _interrupted(tmp_path, args: list[str], marker: str, point: str):
     ("mid-training", ["--modes", "soft,hard"], "[gpu-check] training soft step 1:", "training"),
     ("during the head-loss A/B", ["--speed"], "section 3 of 3: head_loss", "head_loss"),
 ])
+@pytest.mark.slow
 def test_a_cut_gpu_check_leaves_a_valid_partial_report_and_no_work_dir(tmp_path, point, args, marker, section):
     """The rehearsal of a lease cut at any second: SIGTERM at three points of a run; each time the JSON is
     whole, says it is incomplete and where it stopped, the forecast's refit reads it and names what it lacks,

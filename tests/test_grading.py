@@ -31,6 +31,7 @@ def test_an_answer_stuck_in_c_times_out_and_grading_goes_on():
         assert elapsed < 0.5 + KILL_MARGIN_S + 10  # the budget, the margin and a new worker's start
 
 
+@pytest.mark.slow
 def test_training_goes_on_past_an_answer_stuck_in_c(tmp_path, monkeypatch, toy_rows, toy_tokenizer):
     """A training step whose grading meets an answer stuck in one C call: that answer is a time-out
     (counted in the step's grading_timeouts), the worker is replaced, and the run goes on."""
@@ -82,6 +83,7 @@ def test_a_stop_signal_is_the_parents_not_the_workers():
     assert r.returncode == 0 and "True" in r.stdout, r.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_slow_worker_start_is_not_on_an_answers_clock(monkeypatch):
     """A worker's start-up (interpreter, imports: seconds on a loaded node or a network file
     system) runs before its first answer's budget, at the first start and after a replacement."""

@@ -32,6 +32,7 @@ def held_to_plan(row: dict, depths=(2, 3)) -> dict[str, tuple[float, float]]:
             for phase, at in traced.items()}
 
 
+@pytest.mark.slow
 def test_every_phase_of_a_training_job_is_within_five_percent_of_its_trace(paper):
     """llama-8b x GSM8K on its four GPUs (one micro-batch with recomputation, an untied head whose E gradient comes
     at the second chunk), traced at two and three layers and extrapolated to its 32: held, rollout, update, optimizer
@@ -57,6 +58,7 @@ def test_the_committed_trace_of_every_paper_job_is_the_plan_s_today(paper):
             pytest.approx(r["planned_gb"], abs=1e-3), r
 
 
+@pytest.mark.slow
 def test_evaluation_and_log_likelihood_are_within_five_percent_of_their_trace(paper):
     """The six-setting evaluation's decode (192 rows of a continuous setting) and the log-likelihood batch (at their
     models' depths, from two and three layers), the latter's head

@@ -24,6 +24,9 @@ from softtokens.sizing.plan import PREFERRED_MICRO_BATCH
 from softtokens.train.config import TrainConfig
 from softtokens.train.loop import Trainer
 
+# the second tier (`make test-slow`, which CI runs after `make test`): minutes of work on a 2-core host
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = dict(steps=2, warmup_steps=20, cot_max_tokens=8, answer_max_tokens=6, val_every=1, val_size=2)

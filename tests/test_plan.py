@@ -186,6 +186,7 @@ def test_auto_picks_a_large_micro_batch_for_the_paper_cell_on_one_80gb_gpu():
     assert chosen["micro_batch_size"] >= 8
 
 
+@pytest.mark.slow
 def test_each_phase_of_a_cpu_run_stays_within_its_host_plan(tmp_path):
     """The tiny model's loop on this CPU (one process, soft tokens, the paper's float32 master weights): the process's
     resident memory, sampled every half millisecond, peaks in each phase (rollout, update, greedy validation, a

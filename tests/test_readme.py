@@ -30,6 +30,7 @@ def test_the_readme_shows_the_commands_a_user_runs():
 
 
 @pytest.mark.parametrize("line", readme_commands())
+@pytest.mark.slow
 def test_a_readme_snakemake_command_parses_and_plans(line):
     from snakemake.cli import get_argument_parser
 

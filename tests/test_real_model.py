@@ -22,6 +22,9 @@ from test_workflow import BIN, ROOT, snakemake
 
 from softtokens.config.names import SETTINGS
 
+# the second tier (`make test-slow`, which CI runs after `make test`): minutes of work on a 2-core host
+pytestmark = pytest.mark.slow
+
 DATA = ROOT / "data" / "gsm8k"
 RESULTS = "results/real"
 MODES = ("hard", "soft", "fuzzy")

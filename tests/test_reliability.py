@@ -107,6 +107,7 @@ def _kill_at(base, out, step: int, sig) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 def test_sigkill_at_a_random_step_then_rerun_equals_an_uninterrupted_run(base, tmp_path, straight, capsys):
     step = random.Random(os.getpid()).randint(1, SETTINGS["steps"] - 1)
     killed = _kill_at(base, tmp_path, step, signal.SIGKILL)
@@ -116,6 +117,7 @@ def test_sigkill_at_a_random_step_then_rerun_equals_an_uninterrupted_run(base, t
     assert_same(outcome(tmp_path), straight, f"killed at step {step}")
 
 
+@pytest.mark.slow
 def test_sigterm_saves_the_resume_state_and_the_rerun_equals_an_uninterrupted_run(base, tmp_path, straight,
                                                                                   capsys):
     termed = _kill_at(base, tmp_path, 2, signal.SIGTERM)
@@ -129,6 +131,7 @@ def test_sigterm_saves_the_resume_state_and_the_rerun_equals_an_uninterrupted_ru
     assert [a["resumed_from_step"] for a in attempts] == [0, saved]
 
 
+@pytest.mark.slow
 def test_a_crash_while_writing_a_checkpoint_resumes_from_the_previous_one(base, tmp_path, straight, capsys):
     r = run(base, tmp_path, fault="crash_in_save=4")
     assert r.returncode != 0 and "injected crash while writing the latest checkpoint of step 4" in r.stderr
@@ -138,6 +141,7 @@ def test_a_crash_while_writing_a_checkpoint_resumes_from_the_previous_one(base, 
 
 
 @pytest.mark.parametrize("phase", ["staged", "files", "sealed", "retired"])
+@pytest.mark.slow
 def test_a_kill_during_a_background_save_resumes_bit_identically_from_the_last_complete_one(base, tmp_path, straight,
                                                                                             phase, capsys):
     """The resume state is written by a background thread while training goes on (train.resume): a SIGKILL at
@@ -153,6 +157,7 @@ def test_a_kill_during_a_background_save_resumes_bit_identically_from_the_last_c
     assert_same(outcome(tmp_path), straight, f"killed in the step-4 save at {phase}")
 
 
+@pytest.mark.slow
 def test_a_kill_after_the_last_steps_save_finishes_from_it_training_no_step(base, tmp_path, straight, capsys):
     """The last step's save holds its weights alone (no step follows it; finish drops the resume state): a run
     killed between that save and finish trains no step again, and ends as an uninterrupted run, bit for bit."""
@@ -207,6 +212,7 @@ DAMAGES = ["truncate", "delete", "garble_state", "flip_bytes", "zeros"]
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.slow
 def test_a_damaged_resume_state_falls_back_to_the_previous_complete_save(base, tmp_path, straight, crashed, damage,
                                                                          capsys):
     shutil.copytree(crashed, tmp_path, dirs_exist_ok=True)
@@ -222,6 +228,7 @@ def test_a_damaged_resume_state_falls_back_to_the_previous_complete_save(base, t
 
 
 @pytest.mark.parametrize("damage", ["flip_bytes", "truncate"])
+@pytest.mark.slow
 def test_with_every_save_damaged_the_run_starts_again(base, tmp_path, straight, crashed, damage, capsys):
     shutil.copytree(crashed, tmp_path, dirs_exist_ok=True)
     for generation in ("latest", "previous"):
@@ -232,6 +239,7 @@ def test_with_every_save_damaged_the_run_starts_again(base, tmp_path, straight, 
     assert list(tmp_path.glob("_resume.unusable-*"))  # kept aside for a look, not deleted
 
 
+@pytest.mark.slow
 def test_a_damaged_best_checkpoint_falls_back_with_the_save_it_goes_with(base, tmp_path, straight, crashed, capsys):
     """The best checkpoint the newest save goes with is damaged: that save is not used either."""
     shutil.copytree(crashed, tmp_path, dirs_exist_ok=True)
@@ -247,6 +255,7 @@ def test_a_damaged_best_checkpoint_falls_back_with_the_save_it_goes_with(base, t
     assert_same(outcome(tmp_path), straight)
 
 
+@pytest.mark.slow
 def test_a_log_line_cut_mid_write_is_removed_with_a_warning(base, tmp_path, straight, crashed, capsys):
     """A kill during an append leaves half a row at the end of the metrics log: the resume cuts it,
     naming the file, and goes on (it once stopped every retry with a JSONDecodeError naming nothing)."""
@@ -366,6 +375,7 @@ def test_the_audit_flags_a_result_made_from_a_stale_input(tmp_path, monkeypatch)
         assert (problems == 1) is flagged and any("STALE data.jsonl" in line for line in lines) is flagged, lines
 
 
+@pytest.mark.slow
 def test_a_resume_hashes_the_state_it_resumes_from_once_and_no_other(base, tmp_path, straight, crashed, capsys,
                                                                      monkeypatch):
     """The resume state is read for its hashes once: ``latest`` (and its best) by the store's choice, not

@@ -54,6 +54,7 @@ def grid(tmp_path) -> tuple[list[Path], list[Path]]:
     return metrics, evals
 
 
+@pytest.mark.slow
 def test_one_passk_and_entropy_figure_per_model_training_set_and_benchmark(grid, tmp_path):
     metrics, evals = grid
     out = tmp_path / "figures"

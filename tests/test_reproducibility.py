@@ -91,6 +91,7 @@ def test_the_papers_claims_reproduce_with_stated_odds():
                for r in odds.values() if r.p_supported is not None)
 
 
+@pytest.mark.slow
 def test_plan_claims_writes_a_grid_snakemake_plans(tmp_path, capsys):
     """`softtokens plan --claims passk_advantage,pass1_parity --json`: one object per claim with its
     odds, the seeds that settle it (pass@32: 2; pass@1 parity: none, its test sets' questions limit it),
@@ -118,6 +119,7 @@ def test_plan_claims_writes_a_grid_snakemake_plans(tmp_path, capsys):
     assert counts["train"] == 45 and counts["evaluate"] == 48 * 3 * 2   # hard greedy and hard sample only
 
 
+@pytest.mark.slow
 def test_a_budget_keeps_the_claims_that_fit_best_first(capsys):
     from softtokens.cli import main
 

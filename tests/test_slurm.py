@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# the second tier (`make test-slow`, which CI runs after `make test`): minutes of work on a 2-core host
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent / "slurm"

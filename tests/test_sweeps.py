@@ -87,6 +87,7 @@ def test_a_sweep_naming_an_unknown_model_is_named_with_the_closest():
         checked("sweeps", typo)
 
 
+@pytest.mark.slow
 def test_the_paper_search_plans_as_a_dry_run():
     proc = snakemake("-n", "--config", "grid=sweeps", env=PAPER_ENV)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
@@ -161,6 +162,7 @@ def test_the_report_says_not_yet_run_until_the_search_has_results():
     assert blocks[2][1].iloc[0]["selection"] == "selected 7e-05 (configured: 7e-05)"
 
 
+@pytest.mark.slow
 def test_plan_offers_a_cheaper_reading_with_its_cost_and_what_it_gives_up(capsys):
     from softtokens import cli
 

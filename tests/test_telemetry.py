@@ -38,6 +38,7 @@ def test_scalars_are_read_off_a_metrics_row_under_the_conventional_names():
     assert scalars_of({"kind": "validation", "step": 0, "val_greedy_accuracy": 0.5}) == {"val/greedy_accuracy": 50.0}  # %, as the reward
 
 
+@pytest.mark.slow
 def test_a_resumed_run_streams_every_step_once_and_moves_its_events_into_the_output(base, toy_rows, tmp_path):
     cfg = TrainConfig.paper(**{**CFG, "val_every": 2, "steps": 4})
     out, logging = tmp_path / "run", {"backend": "none", "project": "p", "samples": 2}

@@ -17,7 +17,6 @@ from shared_dag import EVAL, LOGLIK, SAMPLE, args_of, copy_of, run_audit
 from test_workflow import BIN, job_counts, snakemake, tiny_args
 
 
-@pytest.mark.slow
 def test_tiny_dag_end_to_end(dag, tmp_path):
     args = tiny_args(dag)
     res = dag / "results" / "toy"
@@ -212,6 +211,7 @@ def test_settle_removes_stale_backups_and_restores_lost_outputs(tmp_path):
     assert len(done) == 2
 
 
+@pytest.mark.slow
 def test_the_rerun_log_is_the_reports_input_and_a_forged_line_does_not_count(dag, tmp_path):
     """One real re-run, then a rebuild: the report says what it found (the honest twin), and records the log by its
     hash. A line appended by hand claiming another file equal (its own hash not redone) is not counted, and the
@@ -236,6 +236,7 @@ def test_the_rerun_log_is_the_reports_input_and_a_forged_line_does_not_count(dag
     assert "1 line(s) of" in text and "do not hash to what they say" in text and "1 evaluation file(s)" in text
 
 
+@pytest.mark.slow
 def test_honest_remakes_pass_every_check(dag, tmp_path):
     """The honest twins of the refusals test_dag_faults and test_dag_audit make, on the real layout: one cell remade by
     its own job (`-f CELL`: that job alone), then a file remade with `-R FILE` (its job and everything downstream of

@@ -41,6 +41,7 @@ def run_in_process(base, toy_rows, out: Path, cfg: TrainConfig, crash_at: int | 
     return trainer
 
 
+@pytest.mark.slow
 def test_resume_after_a_crash_continues_the_same_run(base, toy_rows, tmp_path):
     cfg = TrainConfig.paper(**CFG)
     straight = run_in_process(base, toy_rows, tmp_path / "straight", cfg)
@@ -85,6 +86,7 @@ def test_mean_dim_divides_the_gaussian_term_by_d(base, toy_rows, tmp_path):
                    tmp_path / "_resume2").gaussian_scale == 1.0
 
 
+@pytest.mark.slow
 def test_sigma_of_a_trained_checkpoint_comes_from_its_base(base, toy_rows, tmp_path):
     """The rule training, validation and evaluation share (model.scale.noise_scale): sigma is set by
     the base model's E, so a trained model is tested at the noise level it was trained with."""
@@ -104,6 +106,7 @@ def test_sigma_of_a_trained_checkpoint_comes_from_its_base(base, toy_rows, tmp_p
     assert base_result["sigma"] == pytest.approx(trainer.sigma) and base_result["sigma_source"] == "this base model's E"
 
 
+@pytest.mark.slow
 def test_one_source_of_cot_settings_for_training_validation_and_evaluation(base, toy_rows):
     """soft_temperature (and every CoT key) reaches training rollouts, greedy validation and the
     test-time settings alike: an ablation over tau evaluates at its own tau."""
@@ -138,6 +141,7 @@ def test_one_source_of_cot_settings_for_training_validation_and_evaluation(base,
     assert evaluate(str(base / "model"), rows, "soft_greedy", 2, 6, 2, 4, seed=0)["temperature"] == 0.5
 
 
+@pytest.mark.slow
 def test_relative_clipping_bounds_each_step_by_the_median_of_the_previous_norms(base, toy_rows, tmp_path, monkeypatch):
     """max_grad_norm_ratio k clips a step's gradient to k x the median norm (before clipping) of the
     previous grad_norm_window steps, once GRAD_NORM_HISTORY_MIN exist; a resumed run clips as an

@@ -191,6 +191,7 @@ def test_the_planner_draws_the_way_the_judge_reads(capsys):
 
 
 # ---------------------------------------------------------------- the first screen
+@pytest.mark.slow
 def test_the_first_screen_says_what_each_design_could_decide(tmp_path):
     from softtokens.report.page import write_report
 

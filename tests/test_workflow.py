@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from softtokens.config.names import SETTINGS
@@ -38,6 +39,7 @@ def job_counts(proc) -> dict:
     return counts
 
 
+@pytest.mark.slow
 def test_toy_grid_plan(tmp_path):
     proc = snakemake("-n", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(ROOT / "config.yaml"))
     assert proc.returncode == 0, proc.stderr
@@ -55,6 +57,7 @@ def test_toy_grid_plan(tmp_path):
     assert sweeps["train"] == 3 and sweeps["sweep_tables"] == 1 and "evaluate" not in sweeps, sweeps
 
 
+@pytest.mark.slow
 def test_one_evaluate_job_per_setting_unless_the_grid_says_otherwise(tmp_path):
     """The toy's evaluate job writes a model's file of every setting and its out-of-domain file (one process
     start-up); with one_job_per_setting (the default, the paper grid's) each file is a job of its own."""
@@ -81,6 +84,7 @@ def test_one_evaluate_job_per_setting_unless_the_grid_says_otherwise(tmp_path):
 PAPER_ENV = {"SOFTTOKENS_SLURM_ACCOUNT": "testacct", "SOFTTOKENS_SLURM_GPU_PARTITION": "testgpu", "HF_HUB_OFFLINE": "1"}
 
 
+@pytest.mark.slow
 def test_paper_grid_plan_with_the_slurm_profile():
     """`snakemake --profile profiles/slurm -n` at the repository root: no SLURM, GPU or network
     needed (`--profile slurm`, through the ./slurm link, plans the tests below)."""
@@ -105,6 +109,7 @@ def test_paper_grid_plan_with_the_slurm_profile():
     assert counts["total"] == 2 * runs + models * 3 * settings + models * 3 + 3 + 6 + sum(summaries.values())
 
 
+@pytest.mark.slow
 def test_one_table_plans_only_what_it_rests_on():
     """The out-of-domain table reads the out-of-domain files only: its dry run plans the 45 runs and the
     48 models' out-of-domain evaluations (189 GPU jobs), their data, and no math evaluation."""
@@ -187,6 +192,7 @@ TINY = {
 }
 
 
+@pytest.mark.slow
 def test_every_paper_grid_plans_from_local_copies_and_local_model_directories(tmp_path):
     """A cluster whose nodes have no internet: every dataset of the paper grid read from a local `{split}` file and
     every model from a local directory. The paper, mini, ablations and sweeps grids plan (a `{split}` path once
@@ -220,6 +226,7 @@ def test_every_paper_grid_plans_from_local_copies_and_local_model_directories(tm
         assert f"--base {tmp_path}/models/llama-3b" in proc.stdout, grid
 
 
+@pytest.mark.slow
 def test_a_run_another_grid_has_trained_is_not_trained_again(tmp_path):
     """Run identity (grid.identity): the sweeps grid's noise-factor runs 0.1, 1.0 and 3.0 on llama-3b x gsm8k compute
     what the ablations grid's gamma runs compute. Once those exist, `snakemake -n --config grid=sweeps` plans no

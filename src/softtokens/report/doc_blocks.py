@@ -194,21 +194,33 @@ TEST_TIME = "benchmarks/results/test_time.json"
 
 def test_time_block(root: Path) -> str:
     """The suite's time as last measured on each kind of host, and its split by kind of test (the latest:
-    benchmarks/results/test_time.json, written by benchmarks/fresh_clone_time.py: a fresh clone, set-up included)."""
+    benchmarks/results/test_time.json, written by benchmarks/fresh_clone_time.py: a fresh clone, set-up included).
+    A measurement from before the two tiers (no ``tier``) was of the whole suite, and says so."""
     hosts = _hosts(root, TEST_TIME)
     m = hosts[0]
     split = ", ".join(f"{kind} {seconds / 60:.1f}" for kind, seconds in m["kinds"].items())
-    when = "; ".join(f"{h['seconds'] / 60:.1f} minutes on {h['host']} ({h['date']}, {h['commit']}, {h['passed']} "
-                     f"passed, {h['skipped']} skipped)" for h in hosts)
-    return (f"- `make test` runs the suite on three pytest-xdist workers, set-up included, when last measured: {when}.\n"
-            f"  By kind, in worker-minutes on the first\n"
-            f"  (workers run side by side, so these add up to more): {split}. Unit: the package's\n"
-            f"  functions, the paper's precision and FSDP on CPU (torchrun, two and four processes); DAG: a real\n"
-            f"  `snakemake` on the tiny grid (end to end once, read by many tests), faults around its jobs, dry runs\n"
-            f"  of every paper grid; SLURM: the tiny grid through a real one-node SLURM with a training job cancelled\n"
-            f"  and resumed (skipped, with the reason printed, where SLURM cannot start); real model: SmolLM2-135M\n"
-            f"  from the shipped package through hard, soft and fuzzy training, the six settings, tables and the\n"
-            f"  audit. `make test TEST_WORKERS=0` runs it in one process; `pytest tests/test_x.py` runs one file.")
+
+    def when(h: dict) -> str:
+        what = f"{h['passed']} passed, {h['skipped']} skipped" if h.get("tier") else \
+            f"the whole suite, before the tiers: {h['passed']} passed"
+        return f"{h['seconds'] / 60:.1f} minutes on {h['host']} ({h['date']}, {h['commit']}, {what})"
+
+    slow = [f"{h['slow']['seconds'] / 60:.1f} minutes on {h['host']} ({h['date']}, {h['commit']}, "
+            f"{h['slow']['passed']} passed, {h['slow']['skipped']} skipped)" for h in hosts if h.get("slow")]
+    return (f"- `make test` runs the suite's first tier (every test not marked slow) on three pytest-xdist workers,\n"
+            f"  set-up included, when last measured: {'; '.join(when(h) for h in hosts)}.\n"
+            f"  By kind, in worker-minutes on the first (workers run side by side, so these add up to more): {split}.\n"
+            f"  Unit: the package's functions, the paper's precision, the memory plan against its committed trace; DAG:\n"
+            f"  a real `snakemake` on the tiny grid (end to end once, read by the integrity attacks and their honest\n"
+            f"  twins), one kill of the whole run and its bit-identical rerun, dry runs of the first day's mistakes.\n"
+            f"- `make test-slow` runs the second tier (tests marked slow, tens of seconds to minutes each on a 2-core host): the real\n"
+            f"  model (SmolLM2-135M from the shipped package through hard, soft and fuzzy training, the six settings,\n"
+            f"  tables and the audit), the tiny grid through a real one-node SLURM (skipped, saying why, where SLURM\n"
+            f"  cannot start), FSDP on CPU over two and four processes, the memory trace of the paper's jobs, every\n"
+            f"  fault, kill and damage scenario beyond the first of each kind, and the dry runs of every paper grid"
+            + (f"; when last measured, after `make test` in the same clone: {'; '.join(slow)}" if slow else "")
+            + ".\n  CI (`.ci/run`) runs both; `make test-all` runs both at once, `make test TEST_WORKERS=0` in one "
+              "process,\n  `pytest tests/test_x.py` one file (both tiers).")
 
 
 def datasets_block(root: Path) -> str:
