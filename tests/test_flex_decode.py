@@ -43,6 +43,7 @@ def test_compiled_flex_decode_equals_the_matmul_attention(dtype, atol):
 
 
 @pytest.mark.parametrize("name", ["fuzzy_greedy", "soft_sample"])
+@pytest.mark.slow   # torch.compile from a cold cache (CI's): tens of seconds
 def test_rollout_through_compiled_flex_equals_the_cpu_path(name, toy_tokenizer, toy_rows, monkeypatch):
     """A fixed-shape rollout (the CUDA layout) decoding through compiled FlexAttention takes the CPU
     path's tokens and feeds its inputs to float32 rounding."""

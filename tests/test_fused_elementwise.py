@@ -24,6 +24,7 @@ def models(toy_tokenizer):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.slow   # torch.compile from a cold cache (CI's): tens of seconds
 def test_compiled_functions_equal_eager(models, dtype):
     """bf16: bit for bit (every intermediate rounded where eager rounds it). float32: the norm's
     summation order may differ in the last bit; everything else is bit for bit."""
