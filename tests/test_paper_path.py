@@ -190,7 +190,15 @@ def cli_train(base: Path, out: Path, settings: dict, processes: int, fault: str 
            "--master_port", str(free_port()), "-m", "softtokens",
            *train_args(base, out, settings)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=fault_env(fault, env) if fault else env)
+    for _ in range(3):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                              env=fault_env(fault, env) if fault else env)
+        # a port free when it was picked can be another process's by the time torchrun binds it, seconds later (met
+        # beside the real model's DAG: EADDRINUSE, before any process trained): launched again on another
+        if proc.returncode == 0 or "EADDRINUSE" not in proc.stderr:
+            return proc
+        cmd[cmd.index("--master_port") + 1] = str(free_port())
+    return proc
 
 
 def train_here(base: Path, out: Path, settings: dict) -> None:
