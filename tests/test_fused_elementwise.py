@@ -43,6 +43,7 @@ def test_compiled_functions_equal_eager(models, dtype):
 
 
 @pytest.mark.parametrize("name", ["hard_sample", "soft_sample", "fuzzy_greedy"])
+@pytest.mark.slow   # torch.compile from a cold cache (CI's): the module's first compile pays tens of seconds
 def test_engine_with_fused_elementwise_equals_eager(models, toy_tokenizer, toy_rows, name):
     """Float32 rollouts with the compiled functions: the same tokens, phases and answers as the eager
     ones, and the recorded soft inputs to float32 rounding."""
@@ -86,6 +87,7 @@ def test_fusion_falls_back_to_eager_when_it_disagrees(models, monkeypatch):
     assert chosen is fused.EAGER and status.startswith("off: silu_mul: ")
 
 
+@pytest.mark.slow   # torch.compile from a cold cache (CI's): the module's first compile pays tens of seconds
 def test_gpu_check_compares_fused_and_eager_decoding(models, toy_tokenizer, toy_rows, tmp_path):
     """gpu-check's fusion measurement, run on the CPU: both engines timed on a training step's soft
     rows, and their tokens compared (bf16 here: bit-equal functions, so every token agrees)."""
