@@ -205,9 +205,8 @@ def test_time_block(root: Path) -> str:
             f"the whole suite, before the tiers: {h['passed']} passed"
         return f"{h['seconds'] / 60:.1f} minutes on {h['host']} ({h['date']}, {h['commit']}, {what})"
 
-    slow = [f"{h['slow']['seconds'] / 60:.1f} minutes on {h['host']} ({h['slow'].get('date', h['date'])}, "
-            f"{h['slow'].get('commit', h['commit'])}, {h['slow']['passed']} passed, {h['slow']['skipped']} skipped)"
-            for h in hosts if h.get("slow")]
+    slow = [f"{h['slow']['seconds'] / 60:.1f} minutes on {h['host']} ({h['slow']['date']}, {h['slow']['commit']}, "
+            f"{h['slow']['passed']} passed, {h['slow']['skipped']} skipped)" for h in hosts if h.get("slow")]
     return (f"- `make test` runs the suite's first tier (every test not marked slow) on three pytest-xdist workers,\n"
             f"  set-up included, when last measured: {'; '.join(when(h) for h in hosts)}.\n"
             f"  By kind, in worker-minutes on the first (workers run side by side, so these add up to more): {split}.\n"
