@@ -181,8 +181,10 @@ def demo_results_block(root: Path) -> str:
     greedy = next((c for c in (main[0] if main else {}) if c.endswith("Greedy pass@1")), None)
     ood = latest["tables"].get("ood", [])
     acc = next((c for c in (ood[0] if ood else {}) if c.endswith("Accuracy")), None)
+    seeds = max((int(r["seeds"]) for r in main if str(r.get("seeds", "")).isdigit()), default=1)
+    spread = f"mean ± std over {seeds} seeds" if seeds > 1 else "one seed per trained model: no ±"
     return (f"When last measured ({latest['date']}, {latest['commit']}, {latest['host']}), the demo's tables read "
-            f"(mean ± std over 2 seeds): greedy pass@1 on the toy's test set, {rows('main', (greedy,))}; out-of-domain "
+            f"({spread}): greedy pass@1 on the toy's test set, {rows('main', (greedy,))}; out-of-domain "
             f"accuracy, {rows('ood', (acc,))}. Runs marked † failed to learn (their best trained step validated below "
             f"the base). Another host's floats give other numbers (docs/findings.md); "
             f"`results/toy/report/reproduction.html` says what this run's numbers show.")
