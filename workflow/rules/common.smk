@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from softtokens.workflow.startup import startup
+from softtokens.grid.resources import PRIORITY
 from softtokens.store import paths
 from softtokens.config.names import alternation
 from softtokens.store.paths import EVAL_JOB, RUN_JOB

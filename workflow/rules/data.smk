@@ -16,6 +16,7 @@ rule prepare_data:
         out_dir=output_parent,
     conda:
         CPU_ENV
+    priority: PRIORITY["prepare_data"]
     log:
         log_of("prepare_data", "{dataset}"),
     benchmark:

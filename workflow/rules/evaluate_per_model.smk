@@ -22,6 +22,7 @@ rule evaluate:
         **resources("evaluate"),
     conda:
         GPU_RULE_ENV
+    priority: PRIORITY["evaluate"]
     log:
         log_of("evaluate", paths.model_eval_job()),
     benchmark:

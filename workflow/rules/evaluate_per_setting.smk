@@ -18,6 +18,7 @@ rule evaluate:
         **resources("evaluate"),
     conda:
         GPU_RULE_ENV
+    priority: PRIORITY["evaluate"]
     log:
         log_of("evaluate", paths.eval_job("{setting}")),
     benchmark:
@@ -42,6 +43,7 @@ rule evaluate_loglik:
         **resources("evaluate_loglik"),
     conda:
         GPU_RULE_ENV
+    priority: PRIORITY["evaluate_loglik"]
     log:
         log_of("evaluate_loglik", EVAL_JOB),
     benchmark:

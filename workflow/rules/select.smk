@@ -12,6 +12,7 @@ rule select_checkpoint:
         **resources("cpu"),
     conda:
         CPU_ENV
+    priority: PRIORITY["select_checkpoint"]
     log:
         log_of("select", RUN_JOB),
     benchmark:

@@ -14,6 +14,7 @@ rule build_toy_base:
         **resources("cpu"),
     conda:
         CPU_ENV
+    priority: PRIORITY["build_toy_base"]
     log:
         log_of("build_toy_base", "{model}"),
     benchmark:
@@ -37,6 +38,7 @@ rule build_packaged_base:
         **resources("cpu"),
     conda:
         CPU_ENV
+    priority: PRIORITY["build_packaged_base"]
     log:
         log_of("build_packaged_base", "{model}"),
     benchmark:

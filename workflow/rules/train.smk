@@ -27,6 +27,7 @@ rule train:
         **resources("train"),
     conda:
         GPU_RULE_ENV
+    priority: PRIORITY["train"]
     log:
         log_of("train", RUN_JOB),
     benchmark:
