@@ -73,8 +73,8 @@ demo-real: setup
 
 # the toy grid with a second seed (not part of `demo`, which trains one seed per mode): grid toy-seeds, the same
 # results directory, so the demo's runs are reused and seed 1 of hard, soft and fuzzy is trained and evaluated (about
-# 2.5 min on 2 cores after the demo); the tables, figures, report and crate are rebuilt with mean and spread over 2
-# seeds. A plain `snakemake` afterwards rebuilds them for the toy grid's one seed.
+# 2 min on 2 cores after the demo: 127 s measured); the tables, figures, report and crate are rebuilt with mean and
+# spread over 2 seeds. A plain `snakemake` afterwards rebuilds them for the toy grid's one seed.
 demo-seeds: setup
 	$(BIN)/snakemake --cores $(CORES)
 	$(BIN)/snakemake --cores $(CORES) --config grid=toy-seeds --report results/toy/report.html --report-after-run

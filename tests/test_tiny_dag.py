@@ -166,6 +166,27 @@ def test_tiny_dag_end_to_end(dag, tmp_path):
 
 
 
+def _job_starts(dag) -> list[str]:
+    """The rules of the tiny DAG's build in the order its jobs started (Snakemake's log of that run)."""
+    logs = sorted((dag / ".snakemake" / "log").glob("*.snakemake.log"))
+    assert logs, "the tiny DAG's build left no Snakemake log"
+    return [line.split()[1].rstrip(":") for line in logs[0].read_text().splitlines()
+            if line.startswith(("localrule ", "rule "))]
+
+
+def test_training_runs_start_before_evaluations_and_selections_at_once(dag):
+    """grid.resources.PRIORITY: with the tiny grid's four training runs (two modes, two more learning rates) and the
+    base model's evaluations ready at once on two cores, every run starts before any evaluation (without priorities
+    Snakemake started the base model's evaluation beside the first run, and the demo's last evaluation ran alone on
+    one core at the end); each run's selection starts before the next evaluation."""
+    starts = _job_starts(dag)
+    trains = [i for i, r in enumerate(starts) if r == "train"]
+    evals = [i for i, r in enumerate(starts) if r in ("evaluate", "evaluate_loglik")]
+    assert len(trains) == 4 and len(evals) == 9, starts   # 3 models x (2 settings + the out-of-domain set)
+    assert max(trains) < min(evals), starts
+    assert starts.index("build_toy_base") < min(trains) and starts.index("select_checkpoint") < min(evals), starts
+
+
 def test_outputs_are_group_readable(dag):
     """Results respect the umask (a plain open's mode), not mkstemp's 0600: a group on a shared file
     system reads them."""
