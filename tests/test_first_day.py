@@ -192,7 +192,7 @@ def _mistake(tmp_path: Path, old: str, new: str) -> Path:
      "'grids.toy.training.0.dataset': unknown dataset 'toyarithm' (did you mean 'toyarith'?"),
     ("      - model: toy\n        dataset: toyarith\n", "      - model: toy\n        dataset: gsm8k\n",
      "'gsm8k' is a dataset of grid paper: add it to this grid's datasets"),
-    ("        modes: [hard, soft, fuzzy]\n        seeds: [0, 1]\n", "        modes: [hard, sfot, fuzzy]\n        seeds: [0, 1]\n",
+    ("        modes: [hard, soft, fuzzy]\n", "        modes: [hard, sfot, fuzzy]\n",
      "'sfot' is not one of ['hard', 'soft', 'fuzzy']; did you mean 'soft'?"),
 ])
 def test_a_name_mistake_in_a_grid_is_named_with_its_line_and_the_closest_name(tmp_path, old, new, said):

@@ -158,8 +158,9 @@ def demo_time_block(root: Path) -> str:
     lines = [f"- `make demo` runs the `toy` grid (a {_toy_parameters(root)}-parameter Llama and synthetic addition word "
              f"problems\n  that the workflow makes itself) end to end, then Snakemake's HTML report, set-up included, "
              f"when last measured:"]
-    lines += [f"  - {m['seconds'] / 60:.1f} minutes on {m['host']} ({m['date']}, {m['commit']})" for m in
-              _hosts(root, DEMO_TIME)]
+    # what a measurement's `how` adds after its method (another demo than today's, say) is said beside it
+    lines += [f"  - {m['seconds'] / 60:.1f} minutes on {m['host']} ({m['date']}, {m['commit']}"
+              f"{'; ' + m['how'].split('; ', 1)[1] if '; ' in m.get('how', '') else ''})" for m in _hosts(root, DEMO_TIME)]
     return "\n".join(lines) + "\n  Dated timings and what moved them: [docs/findings.md](docs/findings.md)."
 
 
