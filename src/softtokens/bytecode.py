@@ -5,7 +5,9 @@ Why: every job is a process that imports torch and transformers; without their b
 from source again (and a shell that sets PYTHONDONTWRITEBYTECODE, as some CI and sandbox shells do, never keeps it).
 Compiling the whole environment at install (`uv pip install --compile-bytecode`: 15,500 files) took 57 s of a 66 s
 set-up on a 2-core EPYC, for the ~4,000 modules the jobs read. Importing them compiles exactly those; a module this
-list misses is compiled by the first process that imports it (the Makefile lets Python keep what it compiles)."""
+list misses is compiled by the first process that imports it (the Makefile lets Python keep what it compiles).
+`make setup` and `make test` run it before anything else; `make demo` runs it beside the DAG's first jobs, which
+import neither torch nor transformers (the Makefile's BYTECODE_BESIDE)."""
 
 from __future__ import annotations
 
