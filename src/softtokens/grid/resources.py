@@ -24,9 +24,9 @@ GPU_KINDS = ("train", "evaluate", "evaluate_loglik")
 # The order in which the scheduler starts jobs that are ready at the same time (Snakemake's `priority:`; a rule not
 # named here has 0). The chain is data -> base model -> train -> select -> evaluate -> tables: the base model first
 # (the paper's claims, ready at the start too, wait), a selection as soon as its run ends (a fraction of a second; it
-# unblocks an evaluation), the training runs before the evaluations (the longest jobs; on a 2-core laptop the demo's
-# last evaluation then overlaps the others instead of running alone: 111 -> ~100 s of its 3 trainings and 4
-# evaluations), the tables, figures and report last. On SLURM the same order is the order of submission.
+# unblocks an evaluation), the training runs before the evaluations (the longest jobs), the tables, figures and report
+# last. Without it the demo started the base model's evaluation beside its first training and a selection waited 54 s
+# behind a figure (the demo 284 -> 278 s on a 2-core EPYC). On SLURM the same order is the order of submission.
 PRIORITY = {"prepare_data": 40, "build_toy_base": 40, "build_packaged_base": 40, "select_checkpoint": 30,
             "train": 20, "evaluate": 10, "evaluate_loglik": 10}
 
