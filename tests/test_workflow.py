@@ -44,17 +44,22 @@ def test_toy_grid_plan(tmp_path):
     proc = snakemake("-n", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile", str(ROOT / "config.yaml"))
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc)
-    # the 6 runs of the grid (its learning-rate search is the toy-sweeps grid's: `make demo-sweeps`)
-    assert counts["train"] == 6 and counts["select_checkpoint"] == 6 and "sweep_tables" not in counts
-    # base + 6 runs, each writing every setting's file and its out-of-domain file in one job
+    # the 3 runs of the grid, one seed per mode (the second seed is the toy-seeds grid's: `make demo-seeds`; its
+    # learning-rate search the toy-sweeps grid's: `make demo-sweeps`)
+    assert counts["train"] == 3 and counts["select_checkpoint"] == 3 and "sweep_tables" not in counts
+    # base + 3 runs, each writing every setting's file and its out-of-domain file in one job
     # (evaluation.one_job_per_setting: false)
-    assert counts["evaluate"] == 7 and "evaluate_loglik" not in counts
+    assert counts["evaluate"] == 4 and "evaluate_loglik" not in counts
     assert counts["prepare_data"] == 1 and counts["prepare_benchmark"] == 2 and counts["build_toy_base"] == 1
     # the search: three values, of which 7e-5 is the toy grid's own hard seed-0 run (trained under that name, once),
     # its table; nothing tested
     sweeps = job_counts(snakemake("-n", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile",
                                   str(ROOT / "config.yaml"), "--config", "grid=toy-sweeps"))
     assert sweeps["train"] == 3 and sweeps["sweep_tables"] == 1 and "evaluate" not in sweeps, sweeps
+    # the second seed: seed 1 of each mode beside the toy grid's seed 0, in the same results directory
+    seeds = job_counts(snakemake("-n", "-d", str(tmp_path), "-s", str(ROOT / "Snakefile"), "--configfile",
+                                 str(ROOT / "config.yaml"), "--config", "grid=toy-seeds"))
+    assert seeds["train"] == 6 and seeds["evaluate"] == 7, seeds
 
 
 @pytest.mark.slow
