@@ -157,7 +157,8 @@ def main(argv=None) -> None:
                            **counted(slow[1]), "kinds": split_by_kind(slow[1]),
                            "slowest_modules": slowest_modules(slow[1]),
                            "how": "make test-slow after make test, in the same clone (set-up done)"}
-        elif slow is None:   # make test alone: this host's last make test-slow stays, with its own date and commit
+        else:   # make test alone, or a make test-slow that failed: this host's last passing make test-slow stays,
+            #     with its own date and commit (a failed run's time is no measurement of the tier)
             path = RESULTS / "test_time.json"
             before = json.loads(path.read_text()).get("hosts", {}).get(stamp["host"], {}) if path.is_file() else {}
             if "slow" in before:
