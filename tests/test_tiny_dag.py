@@ -177,8 +177,8 @@ def _job_starts(dag) -> list[str]:
 def test_training_runs_start_before_evaluations_and_selections_at_once(dag):
     """grid.resources.PRIORITY: with the tiny grid's four training runs (two modes, two more learning rates) and the
     base model's evaluations ready at once on two cores, every run starts before any evaluation (without priorities
-    Snakemake started the base model's evaluation beside the first run, and the demo's last evaluation ran alone on
-    one core at the end); each run's selection starts before the next evaluation."""
+    Snakemake started the base model's evaluation beside the first run, and in the demo a selection waited 54 s behind
+    a figure); a selection starts before the first evaluation."""
     starts = _job_starts(dag)
     trains = [i for i, r in enumerate(starts) if r == "train"]
     evals = [i for i, r in enumerate(starts) if r in ("evaluate", "evaluate_loglik")]
